@@ -1,0 +1,131 @@
+"""Deja's one error tree.
+
+Foreign exceptions (aiohttp, redis-py, json, torch) are translated into these at one choke point
+per seam: `proxy/upstream.py` for the model server, `tiers/redis_tier.py` for Redis,
+`proxy/openai_routes.py` for request bodies. Expected outcomes (a miss, an expired entry) are
+return values, never exceptions.
+
+Every error that can reach a client knows its HTTP status and OpenAI error `type`, so the route
+layer turns any of them into `{"error": {"message", "type", "code"}}` the same way.
+"""
+
+from __future__ import annotations
+
+
+class DejaError(Exception):
+    """Root of every error Deja raises on purpose."""
+
+    status: int = 500
+    error_type: str = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class ConfigError(DejaError):
+    """The configuration is invalid; raised at start-up, never while serving."""
+
+    code = "invalid_config"
+
+
+# --- client errors -------------------------------------------------------------------------
+
+
+class InvalidRequest(DejaError):
+    """400: bad JSON, wrong or missing fields."""
+
+    status = 400
+    error_type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+    code = "method_not_allowed"
+
+
+class NotFound(InvalidRequest):
+    status = 404
+    code = "not_found"
+
+
+class BodyTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class AuthenticationFailed(DejaError):
+    status = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class RateLimited(DejaError):
+    """429: admission control refused the request; `retry_after_s` goes into Retry-After."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+
+
+# --- upstream errors -----------------------------------------------------------------------
+
+
+class UpstreamError(DejaError):
+    """The model server could not give an answer (nothing to do with the client's input)."""
+
+    status = 502
+    error_type = "upstream_error"
+    code = "upstream_unreachable"
+
+
+class UpstreamUnreachable(UpstreamError):
+    status = 502
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream answered, but not in the OpenAI wire format (bad JSON, broken SSE)."""
+
+    status = 502
+    code = "upstream_bad_response"
+
+
+class BreakerOpen(UpstreamError):
+    """503: the circuit breaker is open and there is nothing cached to serve."""
+
+    status = 503
+    code = "upstream_circuit_open"
+
+    def __init__(self, message: str, *, retry_after_s: int, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+
+
+# --- storage errors (never reach clients: tiers degrade instead) ---------------------------
+
+
+class TierUnavailable(DejaError):
+    """A storage backend (Redis) is unreachable. The cache service skips the tier and goes on."""
+
+    status = 503
+    code = "tier_unavailable"
+
+
+class CorruptEntry(DejaError):
+    """A stored record could not be decoded (wrong version, truncated). Treated as absent."""
+
+    code = "corrupt_entry"

@@ -1,0 +1,1 @@
+"""Deja: modelserver."""

@@ -1,0 +1,151 @@
+"""Conversation-aware fingerprints: tenant, partition, exact key and lemma key.
+
+Only the last user turn is ever matched loosely (by canonical text, lemmas or meaning);
+everything else that can change the answer must match byte for byte, so it goes into the
+partition hash:
+
+    partition = H(version, route, tenant, namespace,
+                  every request field except EXCLUDED_FIELDS and `messages`,
+                  the messages before the last user turn, that turn's non-content fields)
+    exact_key = tag(partition) + H(partition, canonical(last user text))
+    lemma_key = tag(partition) + H(partition, lemma skeleton + meaning signature)
+
+When the last user turn is not plain text, or anything follows it (a tool loop), or the route
+is /v1/completions, the whole input goes into the partition and only exact matches count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from normalize.request import PARTITION_TAG_CHARS, CacheRequest, Route
+from normalize.text import canonical_text
+
+# Request fields that never change the answer (the closed list of DESIGN.md). Everything
+# else, including fields Deja does not know, is part of the key.
+EXCLUDED_FIELDS = frozenset(
+    {"stream", "stream_options", "user", "metadata", "store", "service_tier", "prompt_cache_key"}
+)
+ANONYMOUS_TENANT = "anonymous"
+SHARED_TENANT = "shared"
+_KEY_VERSION = 1
+# Fixed development secret, used only when `cache.tenant_secret` is empty (a warning is logged).
+DEV_TENANT_SECRET = "deja-development-tenant-secret"
+
+
+class TenantHasher:
+    """Turns an API key into a tenant id with a keyed hash, so ids reveal nothing of the key."""
+
+    def __init__(self, secret: str, share_across_tenants: bool = False) -> None:
+        self._secret = (secret or DEV_TENANT_SECRET).encode()
+        self._shared = share_across_tenants
+
+    def tenant_of(self, api_key: str | None) -> str:
+        if self._shared:
+            return SHARED_TENANT
+        if not api_key:
+            return ANONYMOUS_TENANT
+        return hmac.new(self._secret, api_key.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no spaces, integral floats written as integers."""
+    return json.dumps(
+        _integral_floats(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def _integral_floats(value: Any) -> Any:
+    # 1 and 1.0 mean the same temperature; hash them the same.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral_floats(v) for v in value]
+    return value
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def derived_key(partition: str, kind: str, material: str) -> str:
+    """A lookup key inside `partition`; starts with the partition's tag (see request.py)."""
+    return partition[:PARTITION_TAG_CHARS] + _digest(partition, kind, material)[:32]
+
+
+def lemma_key(partition: str, key_material: str) -> str:
+    return derived_key(partition, "lemma", key_material)
+
+
+def plain_user_text(message: Mapping[str, Any]) -> str | None:
+    """The text of a user turn made only of text, or None (images, audio, files...)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        texts: list[str] = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                return None
+            text = part.get("text")
+            if not isinstance(text, str):
+                return None
+            texts.append(text)
+        return "\n".join(texts)
+    return None
+
+
+def fingerprint(
+    route: Route,
+    body: Mapping[str, Any],
+    tenant: str,
+    namespace: str,
+) -> CacheRequest:
+    """Build the CacheRequest of a validated OpenAI request body."""
+    keyed = {k: v for k, v in body.items() if k not in EXCLUDED_FIELDS and k != "messages"}
+    header = [_KEY_VERSION, str(route), tenant, namespace, keyed]
+    prompt_text: str | None = None
+    if route is Route.CHAT:
+        messages: Sequence[Mapping[str, Any]] = body["messages"]
+        last = len(messages) - 1
+        text = plain_user_text(messages[last]) if messages[last].get("role") == "user" else None
+        if text is not None:
+            # Everything but the last turn's content is context that must match exactly; the
+            # turn's other fields (name, ...) and whether it was a string or a list of text
+            # parts are context too.
+            turn = {k: v for k, v in messages[last].items() if k != "content"}
+            turn["content_form"] = type(messages[last]["content"]).__name__
+            partition = _digest(canonical_json([*header, list(messages[:last]), turn]))
+            prompt_text = text
+            exact = derived_key(partition, "exact", canonical_text(text))
+        else:
+            partition = _digest(canonical_json([*header, list(messages)]))
+            exact = derived_key(partition, "whole", "")
+    else:
+        # /v1/completions: the prompt (in `keyed`) is whitespace-sensitive text; hashed raw.
+        partition = _digest(canonical_json(header))
+        exact = derived_key(partition, "whole", "")
+    stream = body.get("stream") is True
+    options = body.get("stream_options")
+    include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
+    return CacheRequest(
+        route=route,
+        tenant=tenant,
+        namespace=namespace,
+        model=str(body.get("model", "")),
+        partition=partition,
+        exact_key=exact,
+        prompt_text=prompt_text,
+        stream=stream,
+        include_usage=include_usage,
+    )

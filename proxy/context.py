@@ -1,0 +1,62 @@
+"""Per-request facts gathered along the way, for the response headers and the access log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from aiohttp import web
+
+
+class CacheOutcome(StrEnum):
+    HIT = "hit"
+    MISS = "miss"
+    BYPASS = "bypass"
+    DEGRADED = "degraded"
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request_id: str
+    route: str
+    started_s: float
+    tenant: str = ""
+    cache: CacheOutcome | None = None
+    tier: str | None = None
+    match: str | None = None
+    degraded: str | None = None
+    similarity: float | None = None
+    entry_id: str | None = None
+    ttl_s: float | None = None
+    age_s: float | None = None
+    coalesced: bool = False
+    upstream_status: int | None = None
+    error_code: str | None = None
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    def cache_headers(self) -> dict[str, str]:
+        """The X-Deja-* headers of DESIGN.md's table for what happened to this request."""
+        headers: dict[str, str] = {}
+        if self.cache is not None:
+            headers["X-Deja-Cache"] = str(self.cache)
+        if self.tier is not None:
+            headers["X-Deja-Tier"] = self.tier
+        if self.match is not None:
+            headers["X-Deja-Match"] = self.match
+        if self.similarity is not None:
+            headers["X-Deja-Similarity"] = f"{self.similarity:.4f}"
+        if self.degraded is not None:
+            headers["X-Deja-Degraded"] = self.degraded
+        if self.entry_id is not None:
+            headers["X-Deja-Entry"] = self.entry_id
+        if self.ttl_s is not None:
+            headers["X-Deja-TTL"] = str(round(self.ttl_s))
+        if self.age_s is not None:
+            headers["Age"] = str(int(self.age_s))
+        if self.coalesced:
+            headers["X-Deja-Coalesced"] = "1"
+        headers.update(self.extra_headers)
+        return headers
+
+
+CONTEXT = web.RequestKey("deja_context", RequestContext)

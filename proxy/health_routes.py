@@ -1,0 +1,50 @@
+"""/healthz, /readyz and /metrics.
+
+/healthz: the process is alive and serving HTTP. /readyz: 200 once everything the config
+enables is loaded (models, rebuilt indexes), else 503; its body reports Redis and breaker state,
+but a Redis or upstream outage does not fail it, because the proxy still serves through them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from proxy.telemetry import Telemetry
+
+ReadinessReport = Callable[[], tuple[bool, dict[str, Any]]]
+
+
+class HealthRoutes:
+    def __init__(
+        self, readiness: ReadinessReport, telemetry: Telemetry, metrics_enabled: bool
+    ) -> None:
+        self._readiness = readiness
+        self._telemetry = telemetry
+        self._metrics_enabled = metrics_enabled
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        if self._metrics_enabled:
+            app.router.add_get("/metrics", self.metrics)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready, report = self._readiness()
+        report = {"status": "ready" if ready else "starting", **report}
+        return web.Response(
+            status=200 if ready else 503,
+            body=json.dumps(report).encode(),
+            content_type="application/json",
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self._telemetry.metrics_text(), content_type="text/plain", charset="utf-8"
+        )

@@ -1,0 +1,106 @@
+"""The OpenAI-compatible surface: cached completion routes and the uncached pass-through.
+
+POST /v1/chat/completions   cached (exact, lemma and semantic matches)
+POST /v1/completions        cached (exact matches only)
+*    /v1/{anything else}    passed through to the upstream unchanged, X-Deja-Cache: bypass
+                            (GET /v1/models among them)
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from core.errors import BodyTooLarge, MethodNotAllowed
+from normalize.request import Route
+from proxy.auth import ClientAuth
+from proxy.completions import CompletionHandler
+from proxy.context import CONTEXT, CacheOutcome
+from proxy.upstream import UpstreamClient, UpstreamRequest, forward_headers
+
+_NOT_FORWARDED = frozenset({"authorization", "accept-encoding"})
+_NOT_RELAYED = frozenset(
+    {
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "date",
+        "server",
+        "x-request-id",
+    }
+)
+
+
+class OpenAIRoutes:
+    def __init__(
+        self,
+        completions: CompletionHandler,
+        upstream: UpstreamClient,
+        auth: ClientAuth,
+        max_passthrough_bytes: int,
+    ) -> None:
+        self._completions = completions
+        self._upstream = upstream
+        self._auth = auth
+        self._max_passthrough_bytes = max_passthrough_bytes
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_route("*", "/v1/chat/completions", self.chat_completions)
+        app.router.add_route("*", "/v1/completions", self.completions)
+        app.router.add_route("*", "/v1/{tail:.*}", self.passthrough)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._cached(request, Route.CHAT)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._cached(request, Route.COMPLETIONS)
+
+    async def _cached(self, request: web.Request, route: Route) -> web.StreamResponse:
+        ctx = request[CONTEXT]
+        ctx.route = str(route)
+        if request.method != "POST":
+            ctx.cache = CacheOutcome.BYPASS
+            raise MethodNotAllowed(f"{request.path} accepts POST only, not {request.method}")
+        return await self._completions.handle(request, route, ctx)
+
+    async def passthrough(self, request: web.Request) -> web.StreamResponse:
+        ctx = request[CONTEXT]
+        ctx.route = "passthrough"
+        ctx.cache = CacheOutcome.BYPASS
+        self._auth.client_key(request.headers)
+        body = await self._read_body(request)
+        headers = forward_headers(request.headers, drop=_NOT_FORWARDED)
+        authorization = self._auth.upstream_authorization(request.headers)
+        if authorization:
+            headers.append(("Authorization", authorization))
+        upstream_request = UpstreamRequest(
+            request.method, request.match_info["tail"], tuple(headers), body, request.query_string
+        )
+        # Only reads are safe to repeat: a POST that reached the upstream must not run twice.
+        safe = request.method in ("GET", "HEAD", "OPTIONS")
+        upstream = await self._upstream.open(upstream_request, retry=safe)
+        try:
+            ctx.upstream_status = upstream.status
+            relayed = {k: v for k, v in upstream.headers.items() if k.lower() not in _NOT_RELAYED}
+            relayed.update(ctx.cache_headers())
+            response = web.StreamResponse(status=upstream.status, headers=relayed)
+            await response.prepare(request)
+            async for chunk in upstream.iter_chunks():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+        finally:
+            upstream.release()
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self._max_passthrough_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise BodyTooLarge(
+                f"request body is {request.content_length} bytes; the limit is {limit}"
+            )
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(256 * 1024):
+            body += chunk
+            if len(body) > limit:
+                raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+        return bytes(body)

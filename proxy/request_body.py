@@ -1,0 +1,125 @@
+"""Reading and validating OpenAI request bodies.
+
+Only what Deja itself relies on is checked (the fields that build keys and steer streaming);
+the rest is the upstream's to judge, and reaches it unchanged. Every failure is an
+InvalidRequest with a message that names the field, so clients get a useful 400.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from core.errors import BodyTooLarge, InvalidRequest
+from normalize.request import Route
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+async def read_json_body(request: web.Request, max_bytes: int) -> dict[str, Any]:
+    """The request's JSON object; 413 past `max_bytes`, 400 for anything but a JSON object."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise BodyTooLarge(
+            f"request body is {request.content_length} bytes; the limit is {max_bytes}"
+        )
+    raw = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        raw += chunk
+        if len(raw) > max_bytes:
+            raise BodyTooLarge(f"request body exceeds the limit of {max_bytes} bytes")
+    return parse_json_object(bytes(raw))
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise InvalidRequest("request body is empty; expected a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise InvalidRequest("request body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def validate(route: Route, body: dict[str, Any], max_messages: int) -> None:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest(
+            "'model' is required and must be a non-empty string", code="missing_model"
+        )
+    _check_type(body, "stream", bool)
+    _check_type(body, "stream_options", dict)
+    _check_type(body, "n", int)
+    if isinstance(body.get("n"), int) and not 1 <= body["n"] <= 128:
+        raise InvalidRequest("'n' must be between 1 and 128")
+    if route is Route.CHAT:
+        _validate_messages(body.get("messages"), max_messages)
+        _check_type(body, "logprobs", bool)
+        _check_type(body, "top_logprobs", int)
+    else:
+        _validate_prompt(body.get("prompt"))
+        _check_type(body, "logprobs", int)
+
+
+def _check_type(body: dict[str, Any], field: str, kind: type) -> None:
+    value = body.get(field)
+    if value is None:
+        return
+    # bool is an int in Python; an int field must not accept true/false.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InvalidRequest(f"'{field}' must be {_kind_name(kind)}, got {type(value).__name__}")
+
+
+def _kind_name(kind: type) -> str:
+    return {bool: "a boolean", int: "an integer", dict: "an object", str: "a string"}.get(
+        kind, kind.__name__
+    )
+
+
+def _validate_messages(messages: Any, max_messages: int) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest(
+            "'messages' is required and must be a non-empty array", code="missing_messages"
+        )
+    if len(messages) > max_messages:
+        raise InvalidRequest(f"'messages' has {len(messages)} items; the limit is {max_messages}")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"'messages[{i}]' must be an object")
+        role = message.get("role")
+        if role not in ROLES:
+            raise InvalidRequest(f"'messages[{i}].role' must be one of {', '.join(sorted(ROLES))}")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise InvalidRequest(
+                f"'messages[{i}].content' must be a string, an array of parts or null"
+            )
+        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
+            raise InvalidRequest(f"'messages[{i}].content' parts must be objects")
+
+
+def _validate_prompt(prompt: Any) -> None:
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return
+        if all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompt):
+            return
+    raise InvalidRequest(
+        "'prompt' is required: a string, an array of strings, or token arrays",
+        code="missing_prompt",
+    )

@@ -1,0 +1,172 @@
+"""Prometheus metrics and OpenTelemetry spans: the only module that imports either.
+
+The core records plain counters (`tiers.stats.CacheStats`) and opens spans through the
+`core.tracing.StageTracer` seam; this module exports them. Each app gets its own Prometheus
+registry and its own tracer provider (nothing global), so tests can build many apps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from core.config import TelemetryConfig
+from core.errors import ConfigError
+from core.tracing import NoopTracer, StageTracer
+from tiers.stats import CacheStats
+
+GaugeSource = Callable[[], Mapping[str, float]]
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+)
+
+
+class OTelTracer:
+    def __init__(self, provider: TracerProvider) -> None:
+        self._provider = provider
+        self._tracer = provider.get_tracer("deja")
+
+    @contextlib.contextmanager
+    def span(
+        self, name: str, attributes: Mapping[str, str | int | float | bool] | None = None
+    ) -> Iterator[None]:
+        with self._tracer.start_as_current_span(name, attributes=dict(attributes or {})):
+            yield
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()
+
+
+def build_tracer(config: TelemetryConfig) -> StageTracer:
+    if config.traces == "none":
+        return NoopTracer()
+    exporter: SpanExporter
+    if config.traces == "console":
+        exporter = ConsoleSpanExporter(out=sys.stderr)
+    else:
+        if not config.otlp_endpoint:
+            raise ConfigError("telemetry.traces is otlp but telemetry.otlp_endpoint is empty")
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:  # pragma: no cover - depends on the installed extras
+            raise ConfigError(
+                "telemetry.traces is otlp but the package"
+                " opentelemetry-exporter-otlp-proto-http is not installed"
+            ) from exc
+        exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint)
+    provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return OTelTracer(provider)
+
+
+class _StatsCollector(Collector):
+    def __init__(self, stats: CacheStats, gauges: GaugeSource) -> None:
+        self._stats = stats
+        self._gauges = gauges
+
+    def collect(self) -> Iterator[Any]:
+        s = self._stats
+        hits = CounterMetricFamily(
+            "deja_cache_hits", "Cache hits by tier and match kind", labels=["tier", "match"]
+        )
+        for (tier, match), n in sorted(s.hits.items()):
+            hits.add_metric([tier, match], n)
+        yield hits
+        yield CounterMetricFamily(
+            "deja_cache_misses", "Lookups that missed every tier", value=s.misses
+        )
+        yield CounterMetricFamily(
+            "deja_cache_bypasses", "Requests that skipped the lookup", value=s.bypasses
+        )
+        yield CounterMetricFamily("deja_cache_stores", "Answers stored", value=s.stores)
+        yield CounterMetricFamily(
+            "deja_coalesced", "Misses that joined another caller's upstream call", value=s.coalesced
+        )
+        yield _labelled("deja_degraded", "Degraded answers by kind", "kind", s.degraded)
+        yield _labelled(
+            "deja_tier_errors",
+            "Tier calls that failed (backend unreachable)",
+            "tier",
+            s.tier_errors,
+        )
+        yield _labelled(
+            "deja_not_stored", "Finished answers not stored, by reason", "reason", s.not_stored
+        )
+        yield _labelled(
+            "deja_guard_rejections",
+            "Semantic candidates refused by a meaning guard",
+            "guard",
+            s.guard_rejections,
+        )
+        yield CounterMetricFamily(
+            "deja_tokens_saved",
+            "Tokens served from cache instead of the upstream",
+            value=s.prompt_tokens_saved + s.completion_tokens_saved,
+        )
+        yield CounterMetricFamily(
+            "deja_usd_saved", "Estimated upstream cost saved, USD", value=s.usd_saved
+        )
+        for name, value in sorted(self._gauges().items()):
+            yield GaugeMetricFamily(f"deja_{name}", name.replace("_", " "), value=value)
+
+
+def _labelled(name: str, doc: str, label: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for key, n in sorted(counts.items()):
+        family.add_metric([key], n)
+    return family
+
+
+class Telemetry:
+    def __init__(self, config: TelemetryConfig, stats: CacheStats, gauges: GaugeSource) -> None:
+        self.registry = CollectorRegistry()
+        self.tracer = build_tracer(config)
+        self._requests = Counter(
+            "deja_requests",
+            "Requests by route, cache outcome and status",
+            ["route", "cache", "status"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "deja_request_duration_seconds",
+            "Time to the last byte of the response",
+            ["route", "cache"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_StatsCollector(stats, gauges))
+
+    def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
+        self._requests.labels(route, cache, str(status)).inc()
+        self._latency.labels(route, cache).observe(seconds)
+
+    def metrics_text(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def shutdown(self) -> None:
+        if isinstance(self.tracer, OTelTracer):
+            self.tracer.shutdown()

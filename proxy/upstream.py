@@ -1,0 +1,191 @@
+"""The pooled HTTP client to the model server: timeouts, retries, error translation.
+
+This module is the one place where aiohttp's client exceptions become Deja's UpstreamError
+family. Retries (exponential backoff, jittered) happen only inside `open()`, i.e. before the
+caller has seen any byte of a response, so nothing a client received is ever sent twice.
+Connection failures and 500/502/503/504 answers are retried; timeouts are not (they already
+cost their full budget), and 4xx never are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from core.config import UpstreamConfig
+from core.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable
+
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+# Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus the ones aiohttp
+# recomputes for the body it sends or has already decoded.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    method: str
+    path: str  # relative to the base URL, e.g. "chat/completions"
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    query: str = ""
+
+
+class UpstreamResponse:
+    """An open upstream response; the caller must `release()` it (or use `async with`)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, config: UpstreamConfig, started: float):
+        self._response = response
+        self._config = config
+        self.status = response.status
+        self.headers: CIMultiDictProxy[str] = response.headers
+        self.ttfb_s = time.monotonic() - started
+
+    def forwardable_headers(self) -> CIMultiDict[str]:
+        return CIMultiDict((k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP)
+
+    async def read(self) -> bytes:
+        try:
+            async with asyncio.timeout(self._config.read_timeout_s):
+                return await self._response.read()
+        except TimeoutError as exc:
+            raise UpstreamTimeout("the upstream stopped sending its response body") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamProtocolError(f"the upstream response broke off: {exc}") from exc
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        content = self._response.content
+        while True:
+            try:
+                async with asyncio.timeout(self._config.read_timeout_s):
+                    chunk = await content.readany()
+            except TimeoutError as exc:
+                raise UpstreamTimeout("the upstream stream went silent") from exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamProtocolError(f"the upstream stream broke off: {exc}") from exc
+            if not chunk:
+                return
+            yield chunk
+
+    def release(self) -> None:
+        # close() (not release()) drops the connection, which is what stops a model server
+        # from generating tokens nobody will read.
+        self._response.close()
+
+    async def __aenter__(self) -> UpstreamResponse:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+class UpstreamClient:
+    def __init__(self, config: UpstreamConfig, rng: random.Random | None = None) -> None:
+        self._config = config
+        self._base = config.url.rstrip("/") + "/"
+        self._session: aiohttp.ClientSession | None = None
+        self._rng = rng or random.Random()
+
+    @property
+    def base_url(self) -> str:
+        return self._base
+
+    async def start(self) -> None:
+        cfg = self._config
+        connector = aiohttp.TCPConnector(limit=cfg.max_connections, ttl_dns_cache=300)
+        timeout = aiohttp.ClientTimeout(total=cfg.total_timeout_s, connect=cfg.connect_timeout_s)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, auto_decompress=True, raise_for_status=False
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def open(self, request: UpstreamRequest, *, retry: bool = True) -> UpstreamResponse:
+        """Send `request`; returns once the status line and headers arrived (any status).
+        `retry` false sends it once (for calls that are not safe to repeat)."""
+        attempts = self._config.max_retries + 1 if retry else 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = await self._send_once(request)
+            except UpstreamUnreachable:
+                if last:
+                    raise
+            else:
+                if response.status not in RETRY_STATUSES or last:
+                    return response
+                response.release()
+            await asyncio.sleep(self._backoff_s(attempt))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _backoff_s(self, attempt: int) -> float:
+        cfg = self._config
+        ceiling = min(cfg.retry_backoff_max_s, cfg.retry_backoff_s * (2**attempt))
+        return self._rng.uniform(ceiling / 2, ceiling)
+
+    async def _send_once(self, request: UpstreamRequest) -> UpstreamResponse:
+        assert self._session is not None, "UpstreamClient.start() was not awaited"
+        url = self._base + request.path + (f"?{request.query}" if request.query else "")
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self._config.first_byte_timeout_s):
+                response = await self._session.request(
+                    request.method, url, headers=list(request.headers), data=request.body or None
+                )
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"the upstream sent nothing within {self._config.first_byte_timeout_s:g} s"
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamUnreachable(f"cannot connect to the upstream: {exc.os_error}") from exc
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+            raise UpstreamUnreachable(f"the upstream closed the connection: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnreachable(f"the upstream request failed: {exc}") from exc
+        return UpstreamResponse(response, self._config, started)
+
+
+def forward_headers(
+    headers: Mapping[str, str], drop: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """Client headers worth sending upstream: not hop-by-hop, not Deja's own controls."""
+    kept = []
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in drop or lower.startswith("x-deja-"):
+            continue
+        kept.append((name, value))
+    return kept
+
+
+@contextlib.asynccontextmanager
+async def opened(
+    client: UpstreamClient, request: UpstreamRequest
+) -> AsyncIterator[UpstreamResponse]:
+    response = await client.open(request)
+    try:
+        yield response
+    finally:
+        response.release()

@@ -1,0 +1,160 @@
+"""The values every tier stores and returns, and the one Protocol every key-value tier meets.
+
+An `Entry` is one cached answer with everything needed to serve it again (the completion,
+without its per-response `id` and `created`) and to manage it (keys, TTL and its inputs,
+feedback, similarity threshold, meaning analysis). Entries are immutable: feedback or a new
+threshold produce a new Entry that replaces the old one (`CacheTier.replace`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from normalize.request import PARTITION_TAG_CHARS, Route
+
+ENTRY_FORMAT_VERSION = 1
+
+
+class TierName(StrEnum):
+    LRU_K = "lru_k"
+    REDIS = "redis"
+    SEMANTIC = "semantic"
+
+
+class MatchKind(StrEnum):
+    EXACT = "exact"
+    LEMMA = "lemma"
+    SEMANTIC = "semantic"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    entry_id: str
+    route: Route
+    tenant: str
+    namespace: str
+    model: str
+    partition: str
+    exact_key: str
+    lemma_key: str | None
+    # The completion as compact JSON without "id" and "created" (fresh ones go on every hit).
+    body: bytes
+    stored_at: float  # wall-clock seconds
+    ttl_s: float
+    # Expired entries are kept this much longer, to be served only as marked degraded answers.
+    grace_s: float
+    # TTL inputs (DESIGN.md "Dynamic TTL"), kept so feedback can recompute the TTL.
+    confidence: float = 1.0
+    certainty: float = 1.0
+    feedback: tuple[float, ...] = ()
+    # Cosine similarity a semantic match needs for this entry.
+    threshold: float = 1.0
+    # `normalize.lemmas.Analysis.to_wire()` of the prompt, for the semantic tier's guards.
+    analysis: str | None = None
+    # The prompt's embedding, float32 bytes; only the Redis and semantic tiers keep it.
+    vector: bytes | None = None
+
+    def __post_init__(self) -> None:
+        assert self.entry_id.startswith(self.partition[:PARTITION_TAG_CHARS]), (
+            "an entry id must start with its partition tag"
+        )
+
+    @property
+    def expires_at(self) -> float:
+        return self.stored_at + self.ttl_s
+
+    @property
+    def hard_expires_at(self) -> float:
+        """After this nobody may serve the entry, not even as a degraded answer."""
+        return self.stored_at + self.ttl_s + self.grace_s
+
+    def is_fresh(self, now_s: float) -> bool:
+        return now_s < self.expires_at
+
+    def is_gone(self, now_s: float) -> bool:
+        return now_s >= self.hard_expires_at
+
+    def age_s(self, now_s: float) -> float:
+        return max(0.0, now_s - self.stored_at)
+
+    @property
+    def size_bytes(self) -> int:
+        # What an in-process copy costs, roughly: the body plus fixed overhead for the rest.
+        return len(self.body) + len(self.analysis or "") + 512
+
+    def completion(self, response_id: str, created: int) -> dict[str, Any]:
+        """The stored completion as a dict with a fresh id and created time."""
+        data: dict[str, Any] = {"id": response_id}
+        data.update(json.loads(self.body))
+        data["created"] = created
+        return data
+
+    def render_json(self, response_id: str, created: int) -> bytes:
+        """The stored completion as JSON bytes with a fresh id and created time, without
+        parsing the body again (the hot path of every non-streamed hit)."""
+        head = b'{"id":"' + response_id.encode() + b'","created":' + str(created).encode()
+        if len(self.body) <= 2:  # "{}"
+            return head + b"}"
+        return head + b"," + self.body[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """A found entry and how it was found."""
+
+    entry: Entry
+    tier: TierName
+    match: MatchKind
+    similarity: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Invalidation:
+    """Which entries an invalidation removes; None fields match anything."""
+
+    tenant: str | None = None
+    namespace: str | None = None
+    model: str | None = None
+
+    def matches(self, entry: Entry) -> bool:
+        return (
+            (self.tenant is None or entry.tenant == self.tenant)
+            and (self.namespace is None or entry.namespace == self.namespace)
+            and (self.model is None or entry.model == self.model)
+        )
+
+
+class CacheTier(Protocol):
+    """A key-value tier: entries by id, found by exact or lemma key.
+
+    `get` returns an entry until it is gone (past TTL + grace); whether it is fresh is the
+    caller's decision. Unreachable backends raise `core.errors.TierUnavailable`.
+    """
+
+    @property
+    def name(self) -> TierName: ...
+
+    async def get(self, key: str) -> Entry | None:
+        """The entry stored under an exact or lemma key."""
+        ...
+
+    async def get_by_id(self, entry_id: str) -> Entry | None: ...
+
+    async def put(self, entry: Entry) -> None:
+        """Store `entry` under its id, its exact key and (when set) its lemma key."""
+        ...
+
+    async def replace(self, entry: Entry) -> bool:
+        """Overwrite an entry that is still stored (same id); False when it is gone."""
+        ...
+
+    async def delete(self, entry_id: str) -> bool: ...
+
+    async def invalidate(self, selector: Invalidation) -> int:
+        """Delete every entry `selector` matches; returns how many."""
+        ...
+
+    async def count(self) -> int: ...

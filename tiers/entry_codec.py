@@ -1,0 +1,115 @@
+"""Entry ⇄ the fields of its Redis hash (format version 1).
+
+    m  meta: JSON of every scalar field, with "v": the format version
+    b  body: one marker byte (b"j" raw JSON, b"z" zlib) + the completion JSON
+    a  analysis: the lemma analysis wire string (absent when none)
+    v  vector: float32 bytes of the prompt embedding (absent when none)
+
+A record of another version, or one that cannot be parsed, raises CorruptEntry; callers treat
+it as absent, so a rolling upgrade never serves a misread answer.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from core.errors import CorruptEntry
+from normalize.request import Route
+from tiers.base import ENTRY_FORMAT_VERSION, Entry
+
+META, BODY, ANALYSIS, VECTOR = "m", "b", "a", "v"
+_RAW, _ZLIB = b"j", b"z"
+
+
+def encode_meta(entry: Entry) -> bytes:
+    meta: dict[str, Any] = {
+        "v": ENTRY_FORMAT_VERSION,
+        "id": entry.entry_id,
+        "route": str(entry.route),
+        "tenant": entry.tenant,
+        "namespace": entry.namespace,
+        "model": entry.model,
+        "partition": entry.partition,
+        "exact_key": entry.exact_key,
+        "lemma_key": entry.lemma_key,
+        "stored_at": entry.stored_at,
+        "ttl_s": entry.ttl_s,
+        "grace_s": entry.grace_s,
+        "confidence": entry.confidence,
+        "certainty": entry.certainty,
+        "feedback": list(entry.feedback),
+        "threshold": entry.threshold,
+    }
+    return json.dumps(meta, separators=(",", ":")).encode()
+
+
+def encode_body(body: bytes, compress_min_bytes: int) -> bytes:
+    if len(body) >= compress_min_bytes:
+        packed = zlib.compress(body, 1)
+        if len(packed) < len(body):
+            return _ZLIB + packed
+    return _RAW + body
+
+
+def decode_body(raw: bytes) -> bytes:
+    marker, payload = raw[:1], raw[1:]
+    if marker == _RAW:
+        return payload
+    if marker == _ZLIB:
+        try:
+            return zlib.decompress(payload)
+        except zlib.error as exc:
+            raise CorruptEntry(f"entry body does not decompress: {exc}") from exc
+    raise CorruptEntry(f"unknown entry body marker {marker!r}")
+
+
+def encode_fields(entry: Entry, compress_min_bytes: int) -> dict[str, bytes]:
+    fields = {META: encode_meta(entry), BODY: encode_body(entry.body, compress_min_bytes)}
+    if entry.analysis is not None:
+        fields[ANALYSIS] = entry.analysis.encode()
+    if entry.vector is not None:
+        fields[VECTOR] = entry.vector
+    return fields
+
+
+def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:
+    """An Entry from a hash's fields (keys may be bytes or str, as redis-py returns them)."""
+    get = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
+    meta_raw, body_raw = get.get(META), get.get(BODY)
+    if meta_raw is None or body_raw is None:
+        raise CorruptEntry("entry record lacks its meta or body field")
+    try:
+        meta = json.loads(meta_raw)
+    except ValueError as exc:
+        raise CorruptEntry(f"entry meta is not JSON: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("v") != ENTRY_FORMAT_VERSION:
+        raise CorruptEntry(
+            f"entry record has format version {meta.get('v')!r}, not {ENTRY_FORMAT_VERSION}"
+        )
+    analysis = get.get(ANALYSIS)
+    try:
+        return Entry(
+            entry_id=meta["id"],
+            route=Route(meta["route"]),
+            tenant=meta["tenant"],
+            namespace=meta["namespace"],
+            model=meta["model"],
+            partition=meta["partition"],
+            exact_key=meta["exact_key"],
+            lemma_key=meta["lemma_key"],
+            body=decode_body(body_raw),
+            stored_at=float(meta["stored_at"]),
+            ttl_s=float(meta["ttl_s"]),
+            grace_s=float(meta["grace_s"]),
+            confidence=float(meta["confidence"]),
+            certainty=float(meta["certainty"]),
+            feedback=tuple(float(x) for x in meta["feedback"]),
+            threshold=float(meta["threshold"]),
+            analysis=analysis.decode() if analysis is not None else None,
+            vector=get.get(VECTOR),
+        )
+    except (KeyError, TypeError, ValueError, AssertionError) as exc:
+        raise CorruptEntry(f"entry meta is incomplete or malformed: {exc!r}") from exc

@@ -1,0 +1,179 @@
+"""The Redis tier: the source of truth that replicas share.
+
+Key layout (all of a partition's keys share the hash tag {tag}, so they live in one Redis
+Cluster slot and multi-key scripts stay legal):
+
+    {prefix}:{tag}:e:{entry_id}   hash: the entry record (see entry_codec)
+    {prefix}:{tag}:k:{key}        string: entry id, for an exact or a lemma key
+
+Every key expires at the entry's hard expiry (TTL + stale grace), set with PXAT from the
+entry's own wall-clock times, so replicas agree on it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from core.config import RedisConfig
+from core.errors import CorruptEntry
+from normalize.request import PARTITION_TAG_CHARS
+from tiers.base import Entry, Invalidation, TierName
+from tiers.entry_codec import ANALYSIS, BODY, META, decode_fields, encode_fields
+from tiers.redis_connection import RedisConnection
+
+# Overwrite an entry only while it still exists, atomically with its index keys, so a
+# replace racing a delete can never resurrect half a record.
+#   KEYS: entry, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
+_REPLACE_IF_PRESENT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[2], 'PXAT', ARGV[1]) end
+return 1
+"""
+
+# Delete an entry and those of its index keys that still point to it.
+#   KEYS: entry, exact key, [lemma key]   ARGV: entry id
+_DELETE_WITH_KEYS = """
+local n = redis.call('DEL', KEYS[1])
+for i = 2, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
+end
+return n
+"""
+
+
+class RedisTier:
+    def __init__(self, connection: RedisConnection, config: RedisConfig) -> None:
+        self._conn = connection
+        self._config = config
+        self._prefix = config.key_prefix
+        self._replace_script: Any = None
+        self._delete_script: Any = None
+
+    @property
+    def name(self) -> TierName:
+        return TierName.REDIS
+
+    def _entry_key(self, entry_id: str) -> str:
+        return f"{self._prefix}:{{{entry_id[:PARTITION_TAG_CHARS]}}}:e:{entry_id}"
+
+    def _index_key(self, key: str) -> str:
+        return f"{self._prefix}:{{{key[:PARTITION_TAG_CHARS]}}}:k:{key}"
+
+    async def get(self, key: str) -> Entry | None:
+        async with self._conn.guard() as client:
+            entry_id = await client.get(self._index_key(key))
+            if entry_id is None:
+                return None
+            return await self._load(client, entry_id.decode())
+
+    async def get_by_id(self, entry_id: str) -> Entry | None:
+        async with self._conn.guard() as client:
+            return await self._load(client, entry_id)
+
+    async def _load(self, client: Any, entry_id: str) -> Entry | None:
+        # The vector is left out: a hit never needs it, and it is the largest field.
+        values = await client.hmget(self._entry_key(entry_id), [META, BODY, ANALYSIS])
+        if values[0] is None:
+            return None
+        try:
+            return decode_fields(dict(zip((META, BODY, ANALYSIS), values, strict=True)))
+        except CorruptEntry:
+            return None  # another format version or a damaged record: not ours to serve
+
+    async def put(self, entry: Entry) -> None:
+        expire_ms = int(entry.hard_expires_at * 1000)
+        fields = encode_fields(entry, self._config.compress_min_bytes)
+        entry_key = self._entry_key(entry.entry_id)
+        async with self._conn.guard() as client:
+            pipe = client.pipeline(transaction=True)
+            pipe.delete(entry_key)
+            pipe.hset(entry_key, mapping=fields)
+            pipe.pexpireat(entry_key, expire_ms)
+            for key in self._keys_of(entry):
+                pipe.set(self._index_key(key), entry.entry_id, pxat=expire_ms)
+            await pipe.execute()
+
+    async def replace(self, entry: Entry) -> bool:
+        fields = encode_fields(entry, self._config.compress_min_bytes)
+        argv: list[Any] = [int(entry.hard_expires_at * 1000), entry.entry_id]
+        for name, value in fields.items():
+            argv += [name, value]
+        keys = [self._entry_key(entry.entry_id), *map(self._index_key, self._keys_of(entry))]
+        async with self._conn.guard() as client:
+            if self._replace_script is None:
+                self._replace_script = client.register_script(_REPLACE_IF_PRESENT)
+            return bool(await self._replace_script(keys=keys, args=argv))
+
+    async def delete(self, entry_id: str) -> bool:
+        entry_key = self._entry_key(entry_id)
+        async with self._conn.guard() as client:
+            meta = await client.hget(entry_key, META)
+            if meta is None:
+                return False
+            parsed = json.loads(meta)
+            index = [parsed.get("exact_key"), parsed.get("lemma_key")]
+            keys = [entry_key, *(self._index_key(k) for k in index if k)]
+            if self._delete_script is None:
+                self._delete_script = client.register_script(_DELETE_WITH_KEYS)
+            return bool(await self._delete_script(keys=keys, args=[entry_id]))
+
+    async def invalidate(self, selector: Invalidation) -> int:
+        doomed: list[str] = []
+        async for entry in self.scan_entries(with_vectors=False):
+            if selector.matches(entry):
+                doomed.append(entry.entry_id)
+        deleted = 0
+        for entry_id in doomed:
+            deleted += await self.delete(entry_id)
+        return deleted
+
+    async def count(self) -> int:
+        n = 0
+        async with self._conn.guard() as client:
+            async for _ in client.scan_iter(match=f"{self._prefix}:*:e:*", count=1000):
+                n += 1
+        return n
+
+    async def scan_entries(self, *, with_vectors: bool = True) -> AsyncIterator[Entry]:
+        """Every stored entry, for rebuilding indexes and invalidation (admin-speed, not hot)."""
+        fields = None if with_vectors else [META, BODY, ANALYSIS]
+        async with self._conn.guard() as client:
+            batch: list[bytes] = []
+            async for key in client.scan_iter(match=f"{self._prefix}:*:e:*", count=1000):
+                batch.append(key)
+                if len(batch) >= 256:
+                    for entry in await self._load_many(client, batch, fields):
+                        yield entry
+                    batch = []
+            for entry in await self._load_many(client, batch, fields):
+                yield entry
+
+    async def _load_many(
+        self, client: Any, keys: list[bytes], fields: list[str] | None
+    ) -> list[Entry]:
+        if not keys:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            if fields is None:
+                pipe.hgetall(key)
+            else:
+                pipe.hmget(key, fields)
+        entries = []
+        for raw in await pipe.execute():
+            record = raw if fields is None else dict(zip(fields, raw, strict=True))
+            if not record or (record.get(META) is None and record.get(META.encode()) is None):
+                continue  # expired between SCAN and read
+            try:
+                entries.append(decode_fields(record))
+            except CorruptEntry:
+                continue
+        return entries
+
+    @staticmethod
+    def _keys_of(entry: Entry) -> list[str]:
+        return [entry.exact_key] + ([entry.lemma_key] if entry.lemma_key else [])

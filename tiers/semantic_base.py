@@ -1,0 +1,71 @@
+"""The seam between the cache service and the similarity tier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from tiers.base import Entry, Invalidation
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticCandidate:
+    """An entry whose prompt is close enough in meaning to answer the query."""
+
+    entry_id: str
+    similarity: float
+
+
+class SemanticIndex(Protocol):
+    async def search(
+        self,
+        partition: str,
+        vector: np.ndarray,
+        analysis_wire: str,
+        threshold_override: float | None = None,
+    ) -> list[SemanticCandidate]:
+        """Entries of `partition` that pass their similarity threshold (or the override, for
+        relaxed degraded matches) and the meaning guards, best first."""
+        ...
+
+    async def add(self, entry: Entry) -> None: ...
+
+    async def update(self, entry: Entry) -> None:
+        """Take a changed threshold or TTL of an indexed entry into account."""
+        ...
+
+    async def remove(self, entry_id: str) -> bool: ...
+
+    async def invalidate(self, selector: Invalidation) -> int: ...
+
+    def size(self) -> int: ...
+
+
+class NullSemanticIndex:
+    """The semantic tier turned off."""
+
+    async def search(
+        self,
+        partition: str,
+        vector: np.ndarray,
+        analysis_wire: str,
+        threshold_override: float | None = None,
+    ) -> list[SemanticCandidate]:
+        return []
+
+    async def add(self, entry: Entry) -> None:
+        return None
+
+    async def update(self, entry: Entry) -> None:
+        return None
+
+    async def remove(self, entry_id: str) -> bool:
+        return False
+
+    async def invalidate(self, selector: Invalidation) -> int:
+        return 0
+
+    def size(self) -> int:
+        return 0

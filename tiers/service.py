@@ -1,0 +1,198 @@
+"""The lookup chain, fill-back and write-through over the tiers.
+
+    lookup:  LRU-K ─exact─▶ Redis ─exact─▶ LRU-K ─lemma─▶ Redis ─lemma─▶ semantic ─▶ miss
+             (a hit in a lower tier is copied into the tiers above it: fill-back)
+    store:   every key-value tier, then the semantic index and the replication log
+
+A tier that is unreachable is skipped (and counted); it never fails a request. Entries that
+are expired but within their grace period are not hits: they are returned as `stale`, for the
+degraded-answer path to use when the upstream fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.clock import Clock
+from core.errors import TierUnavailable
+from normalize.request import CacheRequest
+from tiers.base import CacheTier, Entry, Invalidation, Lookup, MatchKind, TierName
+from tiers.features import PromptFeatures
+from tiers.semantic_base import NullSemanticIndex, SemanticIndex
+from tiers.stats import CacheStats
+
+_log = logging.getLogger("deja.cache")
+
+
+@dataclass(frozen=True, slots=True)
+class LookupOutcome:
+    hit: Lookup | None = None
+    # The best entry that was found but is not fresh enough to be a hit (expired within its
+    # grace period, or older than the request's max-age): material for a degraded answer.
+    stale: Lookup | None = None
+
+
+class CacheService:
+    def __init__(
+        self,
+        tiers: Sequence[CacheTier],
+        clock: Clock,
+        stats: CacheStats,
+        semantic: SemanticIndex | None = None,
+    ) -> None:
+        self._tiers = list(tiers)
+        self._clock = clock
+        self._stats = stats
+        self._semantic: SemanticIndex = semantic or NullSemanticIndex()
+
+    @property
+    def stats(self) -> CacheStats:
+        return self._stats
+
+    @property
+    def semantic(self) -> SemanticIndex:
+        return self._semantic
+
+    async def lookup(
+        self, request: CacheRequest, features: PromptFeatures, max_age_s: float | None = None
+    ) -> LookupOutcome:
+        now = self._clock.time()
+        hit, stale = await self._kv_lookup(
+            request, request.exact_key, MatchKind.EXACT, now, max_age_s
+        )
+        if hit is not None or not features.semantic_allowed():
+            return LookupOutcome(hit, stale)
+        analysis = await features.analysis()
+        if analysis is not None:
+            hit, lemma_stale = await self._kv_lookup(
+                request, analysis.lemma_key, MatchKind.LEMMA, now, max_age_s
+            )
+            stale = stale or lemma_stale
+            if hit is not None:
+                return LookupOutcome(hit, stale)
+        hit = await self._semantic_lookup(request, features, now, max_age_s)
+        return LookupOutcome(hit, stale)
+
+    async def _kv_lookup(
+        self, request: CacheRequest, key: str, match: MatchKind, now: float, max_age_s: float | None
+    ) -> tuple[Lookup | None, Lookup | None]:
+        stale: Lookup | None = None
+        for depth, tier in enumerate(self._tiers):
+            try:
+                entry = await tier.get(key)
+            except TierUnavailable:
+                self._stats.tier_errors[str(tier.name)] += 1
+                continue
+            if entry is None or entry.partition != request.partition:
+                continue
+            if self._acceptable(entry, now, max_age_s):
+                await self._fill_back(entry, self._tiers[:depth])
+                return Lookup(entry, tier.name, match), stale
+            if stale is None and not entry.is_gone(now):
+                stale = Lookup(entry, tier.name, match)
+        return None, stale
+
+    async def _semantic_lookup(
+        self, request: CacheRequest, features: PromptFeatures, now: float, max_age_s: float | None
+    ) -> Lookup | None:
+        vector = await features.vector()
+        analysis = await features.analysis()
+        if vector is None or analysis is None:
+            return None
+        candidates = await self._semantic.search(request.partition, vector, analysis.wire)
+        for candidate in candidates:
+            entry = await self.get_entry(candidate.entry_id)
+            if entry is None or entry.partition != request.partition:
+                continue
+            if self._acceptable(entry, now, max_age_s):
+                return Lookup(entry, TierName.SEMANTIC, MatchKind.SEMANTIC, candidate.similarity)
+        return None
+
+    async def neighbour(
+        self, request: CacheRequest, features: PromptFeatures, threshold: float
+    ) -> Lookup | None:
+        """The nearest entry at a relaxed `threshold` (guards still apply), fresh or within its
+        grace period: a degraded answer for when the upstream cannot give a real one."""
+        vector = await features.vector()
+        analysis = await features.analysis()
+        if vector is None or analysis is None:
+            return None
+        candidates = await self._semantic.search(
+            request.partition, vector, analysis.wire, threshold_override=threshold
+        )
+        for candidate in candidates:
+            entry = await self.get_entry(candidate.entry_id)
+            if entry is not None and entry.partition == request.partition:
+                return Lookup(entry, TierName.SEMANTIC, MatchKind.SEMANTIC, candidate.similarity)
+        return None
+
+    @staticmethod
+    def _acceptable(entry: Entry, now: float, max_age_s: float | None) -> bool:
+        return entry.is_fresh(now) and (max_age_s is None or entry.age_s(now) <= max_age_s)
+
+    async def _fill_back(self, entry: Entry, tiers: Sequence[CacheTier]) -> None:
+        for tier in tiers:
+            try:
+                await tier.put(entry)
+            except TierUnavailable:
+                self._stats.tier_errors[str(tier.name)] += 1
+
+    async def store(self, entry: Entry) -> None:
+        """Write-through to every tier; an unreachable tier is skipped."""
+        for tier in self._tiers:
+            try:
+                await tier.put(entry)
+            except TierUnavailable:
+                self._stats.tier_errors[str(tier.name)] += 1
+        await self._semantic.add(entry)
+        self._stats.stores += 1
+
+    # --- by id (admin, feedback) -----------------------------------------------------------
+
+    async def get_entry(self, entry_id: str) -> Entry | None:
+        """The entry from the nearest tier that has it (gone entries excluded)."""
+        now = self._clock.time()
+        for depth, tier in enumerate(self._tiers):
+            try:
+                entry = await tier.get_by_id(entry_id)
+            except TierUnavailable:
+                self._stats.tier_errors[str(tier.name)] += 1
+                continue
+            if entry is not None and not entry.is_gone(now):
+                await self._fill_back(entry, self._tiers[:depth])
+                return entry
+        return None
+
+    async def replace(self, entry: Entry) -> bool:
+        """Overwrite an entry's record (new TTL, threshold, feedback) wherever it is stored."""
+        replaced = False
+        for tier in self._tiers:
+            try:
+                replaced = await tier.replace(entry) or replaced
+            except TierUnavailable:
+                self._stats.tier_errors[str(tier.name)] += 1
+        await self._semantic.update(entry)
+        return replaced
+
+    async def delete(self, entry_id: str) -> bool:
+        deleted = False
+        for tier in self._tiers:
+            try:
+                deleted = await tier.delete(entry_id) or deleted
+            except TierUnavailable:
+                self._stats.tier_errors[str(tier.name)] += 1
+        deleted = await self._semantic.remove(entry_id) or deleted
+        return deleted
+
+    async def invalidate(self, selector: Invalidation) -> int:
+        """Delete matching entries from every tier; returns the most any tier deleted."""
+        counts = [0]
+        for tier in self._tiers:
+            try:
+                counts.append(await tier.invalidate(selector))
+            except TierUnavailable:
+                self._stats.tier_errors[str(tier.name)] += 1
+        counts.append(await self._semantic.invalidate(selector))
+        return max(counts)
