@@ -189,9 +189,11 @@ def replay_chunks(
 def _chat_choice_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
     index = choice.get("index", 0)
     message = choice.get("message") or {}
+    # A tool-call answer has no content at all (null), not an empty one.
+    first_content = "" if isinstance(message.get("content"), str) else None
     yield {
         "index": index,
-        "delta": {"role": message.get("role", "assistant"), "content": ""},
+        "delta": {"role": message.get("role", "assistant"), "content": first_content},
         "logprobs": None,
         "finish_reason": None,
     }

@@ -68,7 +68,7 @@ class LruKTier:
         self._bytes += entry.size_bytes
         self._policy.admit(entry.entry_id, self._clock.monotonic())
         heapq.heappush(self._expiry, (entry.hard_expires_at, entry.entry_id))
-        self._enforce_bounds()
+        self._enforce_bounds(admitted=entry.entry_id)
 
     async def replace(self, entry: Entry) -> bool:
         if entry.entry_id not in self._entries:
@@ -120,11 +120,11 @@ class LruKTier:
         else:
             self._policy.evict(entry_id)
 
-    def _enforce_bounds(self) -> None:
+    def _enforce_bounds(self, admitted: str) -> None:
         self._drop_gone()
         cfg = self._config
         while len(self._entries) > cfg.max_entries or self._bytes > cfg.max_bytes:
-            victim = self._policy.choose_victim()
+            victim = self._policy.choose_victim(exclude=admitted)
             assert victim is not None, "over bounds with no victim: policy and storage disagree"
             self._remove(victim, forget=False)
             self.evictions += 1

@@ -77,17 +77,31 @@ class LruKPolicy(Generic[K]):
         times = self._history[key]
         return now - times[0] if len(times) == self._k else float("inf")
 
-    def choose_victim(self) -> K | None:
-        """The key to evict next (still resident until `evict` is called), or None if empty."""
-        if self._cold:
-            return next(iter(self._cold))
-        while self._hot:
-            kth_time, _, key = self._hot[0]
-            times = self._history.get(key)
-            if times is not None and len(times) == self._k and times[0] == kth_time:
+    def choose_victim(self, exclude: K | None = None) -> K | None:
+        """The key to evict next (still resident until `evict` is called), or None if empty.
+        `exclude` is never chosen: the key being admitted right now is not a candidate, as in
+        LRU-K's buffer replacement, where the victim is chosen among the pages already there."""
+        # The cold queue is in LRU order; at most its first item is skipped.
+        for key in self._cold:
+            if key != exclude:
                 return key
-            heapq.heappop(self._hot)  # stale: the key was accessed again or left
-        return None
+        skipped: list[tuple[float, int, K]] = []
+        victim: K | None = None
+        while self._hot:
+            item = self._hot[0]
+            kth_time, _, key = item
+            times = self._history.get(key)
+            if times is None or len(times) != self._k or times[0] != kth_time:
+                heapq.heappop(self._hot)  # stale: the key was accessed again or left
+                continue
+            if key == exclude:
+                skipped.append(heapq.heappop(self._hot))
+                continue
+            victim = key
+            break
+        for item in skipped:
+            heapq.heappush(self._hot, item)
+        return victim
 
     def evict(self, key: K) -> None:
         """`key` left the cache under pressure: keep its history for a while."""

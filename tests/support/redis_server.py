@@ -18,7 +18,9 @@ def free_port() -> int:
 class RedisServer:
     def __init__(self, port: int | None = None) -> None:
         binary = shutil.which("redis-server")
-        assert binary, "redis-server is not installed (make test installs it: scripts/ensure-system.sh)"
+        assert binary, (
+            "redis-server is not installed (make test installs it: scripts/ensure-system.sh)"
+        )
         self._binary = binary
         self.port = port or free_port()
         self._dir = tempfile.mkdtemp(prefix="deja-redis-")
@@ -31,8 +33,21 @@ class RedisServer:
     def start(self) -> None:
         assert self._process is None, "already running"
         self._process = subprocess.Popen(
-            [self._binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self._dir, "--protected-mode", "no"],
+            [
+                self._binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._dir,
+                "--protected-mode",
+                "no",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

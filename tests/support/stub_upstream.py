@@ -82,14 +82,21 @@ class StubUpstream:
         return sum(1 for c in self.calls if c.get("_route") in ("chat", "completions"))
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": "stub-model", "object": "model"}]}
+        )
 
     async def _echo(self, request: web.Request) -> web.Response:
         body = await request.read()
         self.calls.append({"_route": "echo", "method": request.method, "path": request.path})
         return web.json_response(
-            {"method": request.method, "path": request.path, "query": request.query_string,
-             "body": body.decode(), "authorization": request.headers.get("Authorization")}
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": request.query_string,
+                "body": body.decode(),
+                "authorization": request.headers.get("Authorization"),
+            }
         )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -129,13 +136,19 @@ class StubUpstream:
         text = "".join(words)
         choice: dict[str, Any] = {"index": 0, "finish_reason": b.finish_reason, "logprobs": None}
         if route == "chat":
-            message: dict[str, Any] = {"role": "assistant", "content": text if not b.tool_calls else None}
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": text if not b.tool_calls else None,
+            }
             if b.tool_calls:
                 message["tool_calls"] = b.tool_calls
                 choice["finish_reason"] = "tool_calls"
             choice["message"] = message
             if body.get("logprobs"):
-                choice["logprobs"] = {"content": [self._token_logprob(w, body) for w in words], "refusal": None}
+                choice["logprobs"] = {
+                    "content": [self._token_logprob(w, body) for w in words],
+                    "refusal": None,
+                }
         else:
             choice["text"] = text
             if body.get("logprobs"):
@@ -147,7 +160,11 @@ class StubUpstream:
             "model": body.get("model", "stub-model"),
             "system_fingerprint": "fp_stub",
             "choices": [choice],
-            "usage": {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)},
+            "usage": {
+                "prompt_tokens": 7,
+                "completion_tokens": len(words),
+                "total_tokens": 7 + len(words),
+            },
         }
 
     def _token_logprob(self, word: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -155,8 +172,15 @@ class StubUpstream:
         k = int(body.get("top_logprobs") or 0)
         rest = [(1 - p) / max(1, k - 1)] * max(0, k - 1)
         top = [{"token": word, "logprob": math.log(p), "bytes": list(word.encode())}]
-        top += [{"token": f"alt{i}", "logprob": math.log(q), "bytes": None} for i, q in enumerate(rest)]
-        return {"token": word, "logprob": math.log(p), "bytes": list(word.encode()), "top_logprobs": top[:k]}
+        top += [
+            {"token": f"alt{i}", "logprob": math.log(q), "bytes": None} for i, q in enumerate(rest)
+        ]
+        return {
+            "token": word,
+            "logprob": math.log(p),
+            "bytes": list(word.encode()),
+            "top_logprobs": top[:k],
+        }
 
     def _text_logprobs(self, words: list[str], k: int) -> dict[str, Any]:
         p = self.behaviour.token_probability
@@ -171,50 +195,111 @@ class StubUpstream:
             "text_offset": offsets,
         }
 
-    async def _stream(self, request: web.Request, route: str, body: dict[str, Any], words: list[str]) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, route: str, body: dict[str, Any], words: list[str]
+    ) -> web.StreamResponse:
         b = self.behaviour
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         full = self._completion(route, body, words)
-        base = {"id": full["id"], "created": full["created"], "model": full["model"],
-                "system_fingerprint": "fp_stub",
-                "object": "chat.completion.chunk" if route == "chat" else "text_completion"}
+        base = {
+            "id": full["id"],
+            "created": full["created"],
+            "model": full["model"],
+            "system_fingerprint": "fp_stub",
+            "object": "chat.completion.chunk" if route == "chat" else "text_completion",
+        }
         usage = (body.get("stream_options") or {}).get("include_usage") is True
         extra = {"usage": None} if usage else {}
         choice0 = full["choices"][0]
         chunks: list[dict[str, Any]] = []
         if route == "chat":
-            chunks.append({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})
+            chunks.append(
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            )
             if b.tool_calls:
                 for i, call in enumerate(b.tool_calls):
                     args = call["function"]["arguments"]
                     half = len(args) // 2
-                    chunks.append({"index": 0, "delta": {"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                   "function": {"name": call["function"]["name"], "arguments": args[:half]}}]},
-                                   "logprobs": None, "finish_reason": None})
-                    chunks.append({"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]},
-                                   "logprobs": None, "finish_reason": None})
+                    chunks.append(
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [
+                                    {
+                                        "index": i,
+                                        "id": call["id"],
+                                        "type": "function",
+                                        "function": {
+                                            "name": call["function"]["name"],
+                                            "arguments": args[:half],
+                                        },
+                                    }
+                                ]
+                            },
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    )
+                    chunks.append(
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]
+                            },
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    )
             else:
                 lps = (choice0.get("logprobs") or {}).get("content") or [None] * len(words)
                 for word, lp in zip(words, lps, strict=True):
-                    chunks.append({"index": 0, "delta": {"content": word},
-                                   "logprobs": {"content": [lp], "refusal": None} if lp else None, "finish_reason": None})
-            chunks.append({"index": 0, "delta": {}, "logprobs": None, "finish_reason": choice0["finish_reason"]})
+                    chunks.append(
+                        {
+                            "index": 0,
+                            "delta": {"content": word},
+                            "logprobs": {"content": [lp], "refusal": None} if lp else None,
+                            "finish_reason": None,
+                        }
+                    )
+            chunks.append(
+                {
+                    "index": 0,
+                    "delta": {},
+                    "logprobs": None,
+                    "finish_reason": choice0["finish_reason"],
+                }
+            )
         else:
             for i, word in enumerate(words):
                 last = i == len(words) - 1
-                chunks.append({"index": 0, "text": word, "logprobs": None,
-                               "finish_reason": choice0["finish_reason"] if last else None})
+                chunks.append(
+                    {
+                        "index": 0,
+                        "text": word,
+                        "logprobs": None,
+                        "finish_reason": choice0["finish_reason"] if last else None,
+                    }
+                )
         for n, piece in enumerate(chunks):
             if b.drop_after_chunks is not None and n >= b.drop_after_chunks:
                 assert request.transport is not None
                 request.transport.close()
                 return response
-            await response.write(f"data: {json.dumps({**base, 'choices': [piece], **extra})}\n\n".encode())
+            await response.write(
+                f"data: {json.dumps({**base, 'choices': [piece], **extra})}\n\n".encode()
+            )
             if b.chunk_delay_s:
                 await asyncio.sleep(b.chunk_delay_s)
         if usage:
-            await response.write(f"data: {json.dumps({**base, 'choices': [], 'usage': full['usage']})}\n\n".encode())
+            await response.write(
+                f"data: {json.dumps({**base, 'choices': [], 'usage': full['usage']})}\n\n".encode()
+            )
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -235,4 +320,6 @@ def _words(text: str) -> list[str]:
 
 def _error(status: int, message: str) -> web.Response:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return web.json_response({"error": {"message": message, "type": kind, "code": None}}, status=status)
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": None}}, status=status
+    )
