@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import orjson
 
 from normalize.request import PARTITION_TAG_CHARS, CacheRequest, Route
 from normalize.text import canonical_text
@@ -52,28 +53,27 @@ class TenantHasher:
         return hmac.new(self._secret, api_key.encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON: sorted keys, no spaces, integral floats written as integers."""
-    return json.dumps(
-        _integral_floats(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON (UTF-8): sorted keys, no spaces."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
-def _integral_floats(value: Any) -> Any:
-    # 1 and 1.0 mean the same temperature; hash them the same.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral_floats(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral_floats(v) for v in value]
-    return value
+def _keyed_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request fields that are part of the key, with integral floats as integers:
+    `temperature: 1` and `temperature: 1.0` ask the same thing. (Only top-level numbers are
+    normalized; nested JSON such as tool schemas is hashed as sent.)"""
+    keyed: dict[str, Any] = {}
+    for name, value in body.items():
+        if name in EXCLUDED_FIELDS or name == "messages":
+            continue
+        keyed[name] = int(value) if isinstance(value, float) and value.is_integer() else value
+    return keyed
 
 
-def _digest(*parts: str) -> str:
+def _digest(*parts: str | bytes) -> str:
     h = hashlib.sha256()
     for part in parts:
-        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(part if isinstance(part, bytes) else part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()
 
@@ -112,8 +112,7 @@ def fingerprint(
     namespace: str,
 ) -> CacheRequest:
     """Build the CacheRequest of a validated OpenAI request body."""
-    keyed = {k: v for k, v in body.items() if k not in EXCLUDED_FIELDS and k != "messages"}
-    header = [_KEY_VERSION, str(route), tenant, namespace, keyed]
+    header = [_KEY_VERSION, str(route), tenant, namespace, _keyed_fields(body)]
     prompt_text: str | None = None
     if route is Route.CHAT:
         messages: Sequence[Mapping[str, Any]] = body["messages"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,13 +23,14 @@ from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from fallback.degrade import Degrader
 from normalize.fingerprint import TenantHasher
 from normalize.screen import PromptScreen
+from proxy.access_log import AccessLog, NoAccessLog
 from proxy.admission import AdmissionControl
 from proxy.auth import ClientAuth
 from proxy.completions import CompletionHandler
 from proxy.flight import FlightRegistry
 from proxy.health_routes import HealthRoutes
-from proxy.middleware import build_middleware, on_response_prepare
 from proxy.openai_routes import OpenAIRoutes
+from proxy.request_frame import RequestFrame
 from proxy.telemetry import Telemetry
 from proxy.upstream import UpstreamClient
 from proxy.upstream_call import UpstreamCaller
@@ -61,6 +63,7 @@ class Deja:
     lru: LruKTier | None = None
     redis: RedisConnection | None = None
     background: list[asyncio.Task[Any]] = field(default_factory=list)
+    access_log: AccessLog | NoAccessLog = field(default_factory=NoAccessLog)
     ready: bool = False
 
     def gauges(self) -> dict[str, float]:
@@ -158,15 +161,15 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
         clock=clock,
         stats=stats,
     )
-    app = web.Application(
-        middlewares=[build_middleware(deja.telemetry, config.server.access_log)],
-        client_max_size=config.server.max_passthrough_bytes,
-    )
+    access_log = AccessLog(sys.stderr) if config.server.access_log else NoAccessLog()
+    deja.access_log = access_log
+    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
     app[DEJA] = deja
-    app.on_response_prepare.append(on_response_prepare)
     app.cleanup_ctx.append(_lifecycle)
-    HealthRoutes(deja.readiness, deja.telemetry, config.telemetry.metrics).register(app)
-    OpenAIRoutes(handler, upstream, auth, config.server.max_passthrough_bytes).register(app)
+    frame = RequestFrame(app, deja.telemetry, access_log)
+    HealthRoutes(deja.readiness, deja.telemetry, config.telemetry.metrics).register(frame)
+    OpenAIRoutes(handler, upstream, auth, config.server.max_passthrough_bytes).register(frame)
+    frame.not_found_route()
     return app
 
 
@@ -185,6 +188,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     await deja.upstream.close()
+    deja.access_log.flush()
     if deja.redis is not None:
         await deja.redis.close()
     deja.telemetry.shutdown()

@@ -35,8 +35,9 @@ class RequestContext:
     extra_headers: dict[str, str] = field(default_factory=dict)
 
     def cache_headers(self) -> dict[str, str]:
-        """The X-Deja-* headers of DESIGN.md's table for what happened to this request."""
-        headers: dict[str, str] = {}
+        """X-Request-Id and the X-Deja-* headers of DESIGN.md's table for what happened to this
+        request; responses prepared (streamed) inside a handler send exactly these."""
+        headers: dict[str, str] = {"X-Request-Id": self.request_id}
         if self.cache is not None:
             headers["X-Deja-Cache"] = str(self.cache)
         if self.tier is not None:

@@ -41,7 +41,16 @@ class CacheDirectives:
         return not self.no_store
 
 
+_DEFAULT = CacheDirectives()
+
+
 def parse_directives(headers: Mapping[str, str]) -> CacheDirectives:
+    if (
+        "Cache-Control" not in headers
+        and NAMESPACE_HEADER not in headers
+        and STORE_TTL_HEADER not in headers
+    ):
+        return _DEFAULT
     no_cache = no_store = False
     max_age: float | None = None
     for raw in headers.get("Cache-Control", "").split(","):

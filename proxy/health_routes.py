@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.request_frame import RequestFrame
 from proxy.telemetry import Telemetry
 
 ReadinessReport = Callable[[], tuple[bool, dict[str, Any]]]
@@ -26,11 +27,11 @@ class HealthRoutes:
         self._telemetry = telemetry
         self._metrics_enabled = metrics_enabled
 
-    def register(self, app: web.Application) -> None:
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
+    def register(self, frame: RequestFrame) -> None:
+        frame.route("/healthz", "healthz", self.healthz, methods=["GET"])
+        frame.route("/readyz", "readyz", self.readyz, methods=["GET"])
         if self._metrics_enabled:
-            app.router.add_get("/metrics", self.metrics)
+            frame.route("/metrics", "metrics", self.metrics, methods=["GET"])
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from core.errors import BodyTooLarge, MethodNotAllowed
+from core.errors import BodyTooLarge
 from normalize.request import Route
 from proxy.auth import ClientAuth
 from proxy.completions import CompletionHandler
 from proxy.context import CONTEXT, CacheOutcome
+from proxy.request_frame import RequestFrame
 from proxy.upstream import UpstreamClient, UpstreamRequest, forward_headers
 
 _NOT_FORWARDED = frozenset({"authorization", "accept-encoding"})
@@ -44,28 +45,19 @@ class OpenAIRoutes:
         self._auth = auth
         self._max_passthrough_bytes = max_passthrough_bytes
 
-    def register(self, app: web.Application) -> None:
-        app.router.add_route("*", "/v1/chat/completions", self.chat_completions)
-        app.router.add_route("*", "/v1/completions", self.completions)
-        app.router.add_route("*", "/v1/{tail:.*}", self.passthrough)
+    def register(self, frame: RequestFrame) -> None:
+        frame.route("/v1/chat/completions", "chat", self.chat_completions, methods=["POST"])
+        frame.route("/v1/completions", "completions", self.completions, methods=["POST"])
+        frame.route("/v1/{tail:.*}", "passthrough", self.passthrough)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._cached(request, Route.CHAT)
+        return await self._completions.handle(request, Route.CHAT, request[CONTEXT])
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._cached(request, Route.COMPLETIONS)
-
-    async def _cached(self, request: web.Request, route: Route) -> web.StreamResponse:
-        ctx = request[CONTEXT]
-        ctx.route = str(route)
-        if request.method != "POST":
-            ctx.cache = CacheOutcome.BYPASS
-            raise MethodNotAllowed(f"{request.path} accepts POST only, not {request.method}")
-        return await self._completions.handle(request, route, ctx)
+        return await self._completions.handle(request, Route.COMPLETIONS, request[CONTEXT])
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]
-        ctx.route = "passthrough"
         ctx.cache = CacheOutcome.BYPASS
         self._auth.client_key(request.headers)
         body = await self._read_body(request)

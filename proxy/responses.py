@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from core.errors import BreakerOpen, DejaError, RateLimited, UpstreamError, UpstreamProtocolError
@@ -41,7 +41,7 @@ def new_response_id(route: Route) -> str:
 
 
 def error_payload(error: DejaError) -> bytes:
-    return json.dumps(
+    return orjson.dumps(
         {
             "error": {
                 "message": error.message,
@@ -50,7 +50,7 @@ def error_payload(error: DejaError) -> bytes:
                 "param": None,
             }
         }
-    ).encode()
+    )
 
 
 def error_response(error: DejaError, ctx: RequestContext | None = None) -> web.Response:

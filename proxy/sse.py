@@ -8,9 +8,10 @@ cached completion, so a hit can be streamed whichever way it was stored.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
+
+import orjson
 
 from normalize.request import Route
 
@@ -266,4 +267,4 @@ def _pieces(text: str) -> Iterator[str]:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return orjson.dumps(obj).decode()

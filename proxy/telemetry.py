@@ -7,6 +7,7 @@ registry and its own tracer provider (nothing global), so tests can build many a
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -15,8 +16,8 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from core.config import TelemetryConfig
@@ -141,28 +142,62 @@ def _labelled(name: str, doc: str, label: str, counts: Mapping[str, int]) -> Cou
     return family
 
 
+class RequestMetrics(Collector):
+    """Request counts and latency histograms, recorded as plain integers.
+
+    prometheus_client's Counter and Histogram take a lock per update; on a single event loop
+    there is nothing to lock against, and at thousands of hits a second the locks show. The
+    figures are turned into metric families only when /metrics is scraped.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, int], int] = {}
+        # (route, cache) → [per-bucket counts (last: +Inf), sum of seconds]
+        self._latency: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+
+    def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
+        key = (route, cache, status)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        hist = self._latency.get((route, cache))
+        if hist is None:
+            hist = ([0] * (len(_LATENCY_BUCKETS) + 1), [0.0])
+            self._latency[(route, cache)] = hist
+        hist[0][bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        hist[1][0] += seconds
+
+    def collect(self) -> Iterator[Any]:
+        counts = CounterMetricFamily(
+            "deja_requests",
+            "Requests by route, cache outcome and status",
+            labels=["route", "cache", "status"],
+        )
+        for (route, cache, status), n in sorted(self._counts.items()):
+            counts.add_metric([route, cache, str(status)], n)
+        yield counts
+        latency = HistogramMetricFamily(
+            "deja_request_duration_seconds",
+            "Time to the last byte of the response",
+            labels=["route", "cache"],
+        )
+        for (route, cache), (buckets, total) in sorted(self._latency.items()):
+            cumulative, running = [], 0
+            for bound, n in zip([*map(str, _LATENCY_BUCKETS), "+Inf"], buckets, strict=True):
+                running += n
+                cumulative.append((bound, running))
+            latency.add_metric([route, cache], cumulative, sum_value=total[0])
+        yield latency
+
+
 class Telemetry:
     def __init__(self, config: TelemetryConfig, stats: CacheStats, gauges: GaugeSource) -> None:
         self.registry = CollectorRegistry()
         self.tracer = build_tracer(config)
-        self._requests = Counter(
-            "deja_requests",
-            "Requests by route, cache outcome and status",
-            ["route", "cache", "status"],
-            registry=self.registry,
-        )
-        self._latency = Histogram(
-            "deja_request_duration_seconds",
-            "Time to the last byte of the response",
-            ["route", "cache"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
-        )
+        self._requests = RequestMetrics()
+        self.registry.register(self._requests)
         self.registry.register(_StatsCollector(stats, gauges))
 
     def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
-        self._requests.labels(route, cache, str(status)).inc()
-        self._latency.labels(route, cache).observe(seconds)
+        self._requests.observe_request(route, cache, status, seconds)
 
     def metrics_text(self) -> bytes:
         return generate_latest(self.registry)

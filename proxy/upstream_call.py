@@ -8,10 +8,11 @@ large, and the request allowed storing. Storing happens after the waiters have t
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
+
+import orjson
 
 from core.clock import Clock
 from core.config import DejaConfig
@@ -232,7 +233,7 @@ def _finish_reasons(completion: dict[str, Any]) -> list[Any]:
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
     try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None
     return obj if isinstance(obj, dict) else None

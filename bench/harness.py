@@ -1,0 +1,186 @@
+"""Shared benchmark plumbing: processes pinned to cores, readiness waits, wrk runs, tables.
+
+Benchmarks print a table and write JSON under bench/results/. Numbers are quoted as ratios to a
+baseline measured in the same run, because this machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pinned(core: int | None, argv: Sequence[str]) -> list[str]:
+    """argv run on one core, when taskset exists and the machine has that core."""
+    if core is None or shutil.which("taskset") is None or core >= (os.cpu_count() or 1):
+        return list(argv)
+    return ["taskset", "-c", str(core), *argv]
+
+
+class Process:
+    """A child process with its output in a log file; killed on close."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = Path(tempfile.mkstemp(prefix=f"deja-bench-{name}-", suffix=".log")[1])
+        log = self.log_path.open("wb")
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        self.proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
+
+    def wait_http(self, url: str, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early; log: {self.log_path}\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready at {url} after {timeout_s} s; log: {self.log_path}")
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def post_json(url: str, payload: Any, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.status, dict(response.headers), json.loads(response.read())
+
+
+@dataclass(frozen=True)
+class WrkResult:
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    errors: int
+    generator_cpu_share: float  # the load generator's CPU time / wall time (1.0 = one core busy)
+
+
+_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
+
+
+def _latency_ms(text: str, percentile: str) -> float:
+    match = re.search(rf"^\s*{percentile}%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.MULTILINE)
+    if not match:
+        raise RuntimeError(f"no {percentile}% latency in wrk output:\n{text}")
+    return float(match.group(1)) * _UNITS_MS[match.group(2)]
+
+
+def run_wrk(url: str, script: Path, connections: int, duration_s: float, core: int | None) -> WrkResult:
+    argv = pinned(core, ["wrk", "-t1", f"-c{connections}", f"-d{duration_s:g}s", "--latency", "-s", str(script), url])
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    output = proc.stdout.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall_s = time.monotonic() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"wrk failed:\n{output}")
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    total = re.search(r"(\d+) requests in", output)
+    errors = 0
+    for pattern in (r"Non-2xx or 3xx responses: (\d+)", r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)"):
+        found = re.search(pattern, output)
+        if found:
+            errors += sum(int(g) for g in found.groups())
+    assert rps and total, output
+    return WrkResult(
+        requests_per_s=float(rps.group(1)),
+        p50_ms=_latency_ms(output, "50"),
+        p99_ms=_latency_ms(output, "99"),
+        requests=int(total.group(1)),
+        errors=errors,
+        generator_cpu_share=(usage.ru_utime + usage.ru_stime) / wall_s,
+    )
+
+
+def wrk_post_script(body: bytes, headers: dict[str, str] | None = None, unique_prompt: bool = False) -> Path:
+    """A wrk Lua script posting `body`; with `unique_prompt`, every request asks something new
+    (the literal __N__ in the body is replaced by a per-connection counter)."""
+    lines = ['wrk.method = "POST"', 'wrk.headers["Content-Type"] = "application/json"']
+    for name, value in (headers or {}).items():
+        lines.append(f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}")
+    template = json.dumps(body.decode())
+    if unique_prompt:
+        lines += [
+            "local counter = 0",
+            "local salt = tostring(math.random(1, 1000000000))",
+            "request = function()",
+            "  counter = counter + 1",
+            f"  local b = string.gsub({template}, '__N__', salt .. '-' .. counter)",
+            "  return wrk.format(nil, nil, nil, b)",
+            "end",
+        ]
+    else:
+        lines.append(f"wrk.body = {template}")
+    path = Path(tempfile.mkstemp(prefix="deja-wrk-", suffix=".lua")[1])
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    out = [f"\n{title}", "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
+           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
+    text = "\n".join(out)
+    print(text, flush=True)
+    return text
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def write_json(name: str, data: Any) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=_jsonable))
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        return asdict(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")

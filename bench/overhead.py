@@ -1,0 +1,130 @@
+"""Proxy overhead: a bare aiohttp server vs Deja serving LRU-K hits, Redis hits and misses.
+
+Everything under test runs on core 0; wrk runs on core 1 (taskset), one thread, at each
+concurrency. The bare server returns exactly the bytes of a Deja hit, so the difference is
+Deja's own work: parsing, keys, lookup, headers, the access log. Misses go through to the stub
+upstream (also on core 0). The semantic tier is off here: it only runs after exact keys miss
+(bench/semantic_latency.py measures it).
+
+    python bench/overhead.py [--duration-s 5] [--concurrency 1,16,64]
+Targets: LRU-K hits ≥ 50% of the bare server's requests/s; at concurrency 1, LRU-K hit p50 ≤
+bare p50 + 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import (  # noqa: E402
+    PYTHON,
+    Process,
+    WrkResult,
+    free_port,
+    pinned,
+    post_json,
+    print_table,
+    run_wrk,
+    write_json,
+    wrk_post_script,
+)
+
+SERVER_CORE, WRK_CORE = 0, 1
+REQUEST = {"model": "stub-model", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration-s", type=float, default=5.0)
+    parser.add_argument("--concurrency", default="1,16,64")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+
+    ports = {name: free_port() for name in ("bare", "stub", "redis", "lru", "redis_only")}
+    redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
+    procs: list[Process] = []
+    try:
+        procs.append(Process("redis", pinned(SERVER_CORE, ["redis-server", "--port", str(ports["redis"]),
+                                                          "--save", "", "--appendonly", "no"])))
+        procs.append(Process("stub", pinned(SERVER_CORE, [PYTHON, "bench/stub_server.py", str(ports["stub"])])))
+        upstream = f"http://127.0.0.1:{ports['stub']}/v1"
+        common = {"DEJA_SEMANTIC__ENABLED": "false", "DEJA_CACHE__TENANT_SECRET": "bench"}
+        for name, extra in (("lru", {}), ("redis_only", {"DEJA_LRU_K__ENABLED": "false"})):
+            argv = [PYTHON, "-m", "proxy.cli", "serve", "--port", str(ports[name]),
+                    "--upstream", upstream, "--redis", redis_url]
+            procs.append(Process(f"proxy-{name}", pinned(SERVER_CORE, argv), env={**common, **extra}))
+        for proc, port in zip(procs[2:], (ports["lru"], ports["redis_only"]), strict=True):
+            proc.wait_http(f"http://127.0.0.1:{port}/readyz")
+
+        lru_url = f"http://127.0.0.1:{ports['lru']}/v1/chat/completions"
+        redis_only_url = f"http://127.0.0.1:{ports['redis_only']}/v1/chat/completions"
+        _, headers, _ = post_json(lru_url, REQUEST)
+        assert headers["X-Deja-Cache"] == "miss", headers
+        hit_body = _raw_post(lru_url, REQUEST)
+        assert post_json(redis_only_url, REQUEST)[1]["X-Deja-Tier"] == "redis"
+
+        body_file = Path(tempfile.mkstemp(suffix=".json")[1])
+        body_file.write_bytes(hit_body)
+        bare = Process("bare", pinned(SERVER_CORE, [PYTHON, "bench/bare_server.py", str(ports["bare"]), str(body_file)]))
+        procs.append(bare)
+        bare.wait_http(f"http://127.0.0.1:{ports['bare']}/healthz")
+
+        fixed = wrk_post_script(json.dumps(REQUEST).encode())
+        unique = dict(REQUEST, messages=[{"role": "user", "content": "Question number __N__?"}])
+        misses = wrk_post_script(json.dumps(unique).encode(), unique_prompt=True)
+        scenarios = [
+            ("bare aiohttp", f"http://127.0.0.1:{ports['bare']}/v1/chat/completions", fixed),
+            ("LRU-K hit", lru_url, fixed),
+            ("Redis hit", redis_only_url, fixed),
+            ("miss (stub upstream)", lru_url, misses),
+        ]
+        results: dict[str, dict[int, WrkResult]] = {}
+        for name, url, script in scenarios:
+            run_wrk(url, script, 4, 1.0, WRK_CORE)  # warm-up
+            results[name] = {c: run_wrk(url, script, c, args.duration_s, WRK_CORE) for c in levels}
+    finally:
+        for proc in reversed(procs):
+            proc.close()
+    report(results, levels)
+
+
+def _raw_post(url: str, payload: Any) -> bytes:
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.headers["X-Deja-Cache"] == "hit"
+        return bytes(response.read())
+
+
+def report(results: dict[str, dict[int, WrkResult]], levels: list[int]) -> None:
+    bare = results["bare aiohttp"]
+    rows = []
+    for name, by_level in results.items():
+        for c in levels:
+            r = by_level[c]
+            rows.append([name, c, round(r.requests_per_s), r.p50_ms, r.p99_ms, r.requests_per_s / bare[c].requests_per_s,
+                         r.errors, f"{r.generator_cpu_share:.0%}"])
+    print_table("Proxy overhead (server on core 0, wrk on core 1)",
+                ["scenario", "conns", "req/s", "p50 ms", "p99 ms", "× bare req/s", "errors", "wrk CPU"], rows)
+    lru = results["LRU-K hit"]
+    checks = {
+        f"LRU-K hit req/s ≥ 0.5 × bare at {c} conns": lru[c].requests_per_s >= 0.5 * bare[c].requests_per_s
+        for c in levels
+    }
+    if 1 in levels:
+        checks["LRU-K hit p50 ≤ bare p50 + 1 ms at 1 conn"] = lru[1].p50_ms <= bare[1].p50_ms + 1.0
+    for check, ok in checks.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {check}")
+    path = write_json("overhead", {"results": results, "checks": checks})
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
