@@ -1,8 +1,13 @@
 """The composition root: `create_app(config)` builds every part and owns their lifecycles.
 
 Nothing else constructs long-lived objects; nothing happens at import time. Parts that are
-turned off are replaced by their "off" objects here (no Redis → no Redis tier; breaker off →
-AlwaysClosedBreaker; semantic off → NoFeatureSource), so no code below tests a flag.
+turned off are replaced by their "off" objects here (no Redis → no Redis tier and no
+replication; breaker off → AlwaysClosedBreaker; semantic off → NoFeatureSource and no index),
+so no code below tests a flag.
+
+Start-up: the HTTP port opens at once (/healthz answers, exact matches are served); the models
+load and the semantic index is rebuilt from Redis in the background, and /readyz turns 200 when
+that is done.
 """
 
 from __future__ import annotations
@@ -12,21 +17,22 @@ import contextlib
 import logging
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 
 from core.clock import Clock, SystemClock
 from core.config import DejaConfig
+from core.errors import TierUnavailable
 from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from fallback.degrade import Degrader
+from normalize.features import FeatureSource, NoFeatureSource
 from normalize.fingerprint import TenantHasher
 from normalize.screen import PromptScreen
 from proxy.access_log import AccessLog, NoAccessLog
 from proxy.admission import AdmissionControl
 from proxy.auth import ClientAuth
 from proxy.completions import CompletionHandler
+from proxy.components import Deja
 from proxy.flight import FlightRegistry
 from proxy.health_routes import HealthRoutes
 from proxy.openai_routes import OpenAIRoutes
@@ -35,75 +41,16 @@ from proxy.telemetry import Telemetry
 from proxy.upstream import UpstreamClient
 from proxy.upstream_call import UpstreamCaller
 from tiers.base import CacheTier
-from tiers.features import NoFeatureSource
 from tiers.lru_k import LruKTier
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
+from tiers.replication import StreamReplication
 from tiers.service import CacheService
 from tiers.stats import CacheStats
 from tiers.ttl import TtlPolicy
 
 _log = logging.getLogger("deja.app")
-
-
-@dataclass
-class Deja:
-    """Every long-lived part of one proxy, for lifecycles, health and the admin API."""
-
-    config: DejaConfig
-    clock: Clock
-    stats: CacheStats
-    service: CacheService
-    upstream: UpstreamClient
-    breaker: Breaker
-    admission: AdmissionControl
-    flights: FlightRegistry
-    telemetry: Telemetry
-    ttl: TtlPolicy
-    lru: LruKTier | None = None
-    redis: RedisConnection | None = None
-    background: list[asyncio.Task[Any]] = field(default_factory=list)
-    access_log: AccessLog | NoAccessLog = field(default_factory=NoAccessLog)
-    ready: bool = False
-
-    def gauges(self) -> dict[str, float]:
-        g: dict[str, float] = {
-            "inflight_upstream_calls": self.admission.active,
-            "queued_upstream_calls": self.admission.queued,
-            "admission_rejections": self.admission.rejected,
-            "breaker_open": 0.0 if self.breaker.snapshot().state == "closed" else 1.0,
-            "semantic_entries": self.service.semantic.size(),
-            "hit_rate": self.stats.hit_rate(),
-        }
-        if self.lru is not None:
-            g["lru_k_bytes"] = self.lru.bytes_used
-            g["lru_k_evictions"] = self.lru.evictions
-        if self.redis is not None:
-            g["redis_up"] = 1.0 if self.redis.available else 0.0
-            g["redis_outages"] = self.redis.outages
-        return g
-
-    def readiness(self) -> tuple[bool, dict[str, Any]]:
-        b = self.breaker.snapshot()
-        report: dict[str, Any] = {
-            "upstream": self.config.upstream.url,
-            "breaker": {
-                "state": str(b.state),
-                "failures_in_window": b.failures_in_window,
-                "requests_in_window": b.requests_in_window,
-                "trips": b.trips,
-            },
-            "redis": {
-                "configured": self.redis is not None,
-                "available": self.redis.available if self.redis is not None else False,
-            },
-            "semantic": {
-                "enabled": self.config.semantic.enabled,
-                "entries": self.service.semantic.size(),
-            },
-        }
-        return self.ready, report
-
+SWEEP_INTERVAL_S = 30.0
 
 DEJA = web.AppKey("deja", Deja)
 
@@ -115,62 +62,83 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
             "cache.tenant_secret is empty: using the development secret; set one in production"
         )
     stats = CacheStats()
-    tiers: list[CacheTier] = []
-    lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
-    if lru is not None:
-        tiers.append(lru)
-    redis = RedisConnection(config.redis) if config.redis.url else None
-    if redis is not None:
-        tiers.append(RedisTier(redis, config.redis))
-    service = CacheService(tiers, clock, stats)
-    upstream = UpstreamClient(config.upstream)
-    breaker: Breaker = (
-        CircuitBreaker(config.breaker, clock) if config.breaker.enabled else AlwaysClosedBreaker()
+    deja = _build_core(config, clock, stats)
+    features: FeatureSource = deja.features if deja.features is not None else NoFeatureSource()
+    caller = UpstreamCaller(
+        deja.upstream, deja.service, deja.ttl, deja.breaker, deja.admission, clock, config, stats
     )
-    u = config.upstream
-    admission = AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s)
-    ttl = TtlPolicy(config.ttl)
-    flights = FlightRegistry()
-    deja = Deja(
-        config,
-        clock,
-        stats,
-        service,
-        upstream,
-        breaker,
-        admission,
-        flights,
-        Telemetry(config.telemetry, stats, lambda: deja.gauges()),
-        ttl,
-        lru,
-        redis,
-    )
-
-    caller = UpstreamCaller(upstream, service, ttl, breaker, admission, clock, config, stats)
     auth = ClientAuth(config.proxy, config.upstream)
     handler = CompletionHandler(
         config=config,
-        service=service,
-        flights=flights,
+        service=deja.service,
+        flights=deja.flights,
         caller=caller,
-        features=NoFeatureSource(),
-        degrader=Degrader(config.degrade, service, clock),
+        features=features,
+        degrader=Degrader(config.degrade, deja.service, clock),
         auth=auth,
         hasher=TenantHasher(config.cache.tenant_secret, config.cache.share_across_tenants),
         screen=PromptScreen(config.guardrails.injection_patterns),
         clock=clock,
         stats=stats,
     )
-    access_log = AccessLog(sys.stderr) if config.server.access_log else NoAccessLog()
-    deja.access_log = access_log
+    deja.access_log = AccessLog(sys.stderr) if config.server.access_log else NoAccessLog()
     app = web.Application(client_max_size=config.server.max_passthrough_bytes)
     app[DEJA] = deja
     app.cleanup_ctx.append(_lifecycle)
-    frame = RequestFrame(app, deja.telemetry, access_log)
+    frame = RequestFrame(app, deja.telemetry, deja.access_log)
     HealthRoutes(deja.readiness, deja.telemetry, config.telemetry.metrics).register(frame)
-    OpenAIRoutes(handler, upstream, auth, config.server.max_passthrough_bytes).register(frame)
+    OpenAIRoutes(handler, deja.upstream, auth, config.server.max_passthrough_bytes).register(frame)
     frame.not_found_route()
     return app
+
+
+def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
+    """The tiers, the cache service and the upstream side."""
+    local: list[CacheTier] = []
+    lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
+    if lru is not None:
+        local.append(lru)
+    redis = RedisConnection(config.redis) if config.redis.url else None
+    redis_tier = RedisTier(redis, config.redis) if redis is not None else None
+    tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
+    features = semantic = None
+    if config.semantic.enabled:
+        # Imported here: spaCy, torch and FAISS are heavy, and a deployment without the
+        # semantic tier should not pay for them.
+        from normalize.guards import MeaningGuard
+        from normalize.semantic_features import SemanticFeatureSource
+        from tiers.semantic import SemanticTier
+
+        features = SemanticFeatureSource(config.semantic)
+        semantic = SemanticTier(config.semantic, MeaningGuard(config.semantic), clock, stats)
+    service = CacheService(tiers, clock, stats, semantic)
+    replication = None
+    if redis is not None and redis_tier is not None:
+        replication = StreamReplication(redis, redis_tier, config.redis, local, service.semantic)
+        service.replicate_through(replication)
+    u = config.upstream
+    breaker: Breaker = (
+        CircuitBreaker(config.breaker, clock) if config.breaker.enabled else AlwaysClosedBreaker()
+    )
+    deja = Deja(
+        config=config,
+        clock=clock,
+        stats=stats,
+        service=service,
+        upstream=UpstreamClient(u),
+        breaker=breaker,
+        admission=AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s),
+        flights=FlightRegistry(),
+        telemetry=Telemetry(config.telemetry, stats, lambda: deja.gauges()),
+        ttl=TtlPolicy(config.ttl),
+        lru=lru,
+        redis=redis,
+        redis_tier=redis_tier,
+        replication=replication,
+        semantic=semantic,
+        features=features,
+    )
+    return deja
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -178,7 +146,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await deja.upstream.start()
     if deja.redis is not None:
         await deja.redis.start()
-    deja.ready = True
+    loop = asyncio.get_running_loop()
+    deja.background.append(loop.create_task(_warm_up(deja), name="deja-warm-up"))
+    if deja.semantic is not None:
+        deja.background.append(loop.create_task(_sweep(deja), name="deja-sweeper"))
     yield
     deja.ready = False
     await deja.flights.drain(deja.config.server.shutdown_grace_s)
@@ -187,8 +158,41 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     for task in deja.background:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    if deja.features is not None:
+        await deja.features.close()
+    if deja.semantic is not None:
+        await deja.semantic.close()
     await deja.upstream.close()
     deja.access_log.flush()
     if deja.redis is not None:
         await deja.redis.close()
     deja.telemetry.shutdown()
+
+
+async def _warm_up(deja: Deja) -> None:
+    """Load the models, rebuild the semantic index, then follow the other replicas."""
+    try:
+        if deja.features is not None and deja.semantic is not None:
+            await deja.features.start()
+            deja.semantic.set_dimension(deja.features.embedder.dim)
+        if deja.replication is not None:
+            try:
+                await deja.replication.bootstrap()
+            except TierUnavailable as exc:
+                # Redis is down: serve now, rebuild when it returns (follow() retries).
+                _log.warning("could not rebuild the semantic index from redis yet: %s", exc)
+    except Exception as exc:  # noqa: BLE001 - reported on /readyz; the proxy serves exact matches
+        deja.startup_error = f"start-up failed: {exc!r}"
+        _log.exception("start-up failed; serving exact matches only")
+        return
+    deja.ready = True
+    _log.info("ready")
+    if deja.replication is not None:
+        await deja.replication.follow()
+
+
+async def _sweep(deja: Deja) -> None:
+    assert deja.semantic is not None
+    while True:
+        await asyncio.sleep(SWEEP_INTERVAL_S)
+        await deja.semantic.sweep()

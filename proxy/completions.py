@@ -18,6 +18,7 @@ from core.clock import Clock
 from core.config import DejaConfig
 from core.errors import DejaError
 from fallback.degrade import Degrader
+from normalize.features import FeatureSource, PromptFeatures
 from normalize.fingerprint import TenantHasher, fingerprint
 from normalize.request import CacheRequest, Route
 from normalize.screen import PromptScreen
@@ -36,7 +37,6 @@ from proxy.responses import (
 from proxy.upstream import UpstreamRequest, forward_headers
 from proxy.upstream_call import CallPlan, UpstreamCaller
 from tiers.base import Lookup
-from tiers.features import FeatureSource, PromptFeatures
 from tiers.service import CacheService, LookupOutcome
 from tiers.stats import CacheStats
 

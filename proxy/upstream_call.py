@@ -18,13 +18,13 @@ from core.clock import Clock
 from core.config import DejaConfig
 from core.errors import BreakerOpen, UpstreamError
 from fallback.breaker import Breaker
+from normalize.features import PromptFeatures
 from normalize.request import CacheRequest, Route
 from proxy.admission import AdmissionControl
 from proxy.flight import Flight, FlightBody, FlightChunk, FlightEnd, FlightHead
 from proxy.sse import CLEAN_FINISH, DONE, CompletionAssembler, SseParser, dumps
 from proxy.upstream import UpstreamClient, UpstreamRequest, UpstreamResponse
 from tiers.base import Entry
-from tiers.features import PromptFeatures
 from tiers.service import CacheService
 from tiers.stats import CacheStats
 from tiers.ttl import (

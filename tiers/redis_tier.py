@@ -74,6 +74,17 @@ class RedisTier:
         async with self._conn.guard() as client:
             return await self._load(client, entry_id)
 
+    async def get_full(self, entry_id: str) -> Entry | None:
+        """The entry with its vector (for indexing it), or None."""
+        async with self._conn.guard() as client:
+            record = await client.hgetall(self._entry_key(entry_id))
+        if not record:
+            return None
+        try:
+            return decode_fields(record)
+        except CorruptEntry:
+            return None
+
     async def _load(self, client: Any, entry_id: str) -> Entry | None:
         # The vector is left out: a hit never needs it, and it is the largest field.
         values = await client.hmget(self._entry_key(entry_id), [META, BODY, ANALYSIS])

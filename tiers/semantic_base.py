@@ -7,6 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
+from normalize.meaning import Analysis
 from tiers.base import Entry, Invalidation
 
 
@@ -23,7 +24,7 @@ class SemanticIndex(Protocol):
         self,
         partition: str,
         vector: np.ndarray,
-        analysis_wire: str,
+        query: Analysis,
         threshold_override: float | None = None,
     ) -> list[SemanticCandidate]:
         """Entries of `partition` that pass their similarity threshold (or the override, for
@@ -50,7 +51,7 @@ class NullSemanticIndex:
         self,
         partition: str,
         vector: np.ndarray,
-        analysis_wire: str,
+        query: Analysis,
         threshold_override: float | None = None,
     ) -> list[SemanticCandidate]:
         return []

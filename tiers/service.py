@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 from core.clock import Clock
 from core.errors import TierUnavailable
+from normalize.features import PromptFeatures
 from normalize.request import CacheRequest
 from tiers.base import CacheTier, Entry, Invalidation, Lookup, MatchKind, TierName
-from tiers.features import PromptFeatures
+from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
 from tiers.semantic_base import NullSemanticIndex, SemanticIndex
 from tiers.stats import CacheStats
 
@@ -41,11 +42,23 @@ class CacheService:
         clock: Clock,
         stats: CacheStats,
         semantic: SemanticIndex | None = None,
+        replication: Replication | None = None,
     ) -> None:
         self._tiers = list(tiers)
         self._clock = clock
         self._stats = stats
         self._semantic: SemanticIndex = semantic or NullSemanticIndex()
+        self._replication: Replication = replication or NoReplication()
+
+    def replicate_through(self, replication: Replication) -> None:
+        """Tell other replicas about every change from now on (set once Redis is wired)."""
+        self._replication = replication
+
+    async def _publish(self, event: ReplicationEvent) -> None:
+        try:
+            await self._replication.publish(event)
+        except TierUnavailable:
+            self._stats.tier_errors["replication"] += 1
 
     @property
     def stats(self) -> CacheStats:
@@ -65,7 +78,7 @@ class CacheService:
         if hit is not None or not features.semantic_allowed():
             return LookupOutcome(hit, stale)
         analysis = await features.analysis()
-        if analysis is not None:
+        if analysis is not None and analysis.lemma_key is not None:
             hit, lemma_stale = await self._kv_lookup(
                 request, analysis.lemma_key, MatchKind.LEMMA, now, max_age_s
             )
@@ -97,11 +110,11 @@ class CacheService:
     async def _semantic_lookup(
         self, request: CacheRequest, features: PromptFeatures, now: float, max_age_s: float | None
     ) -> Lookup | None:
+        analysis = await features.analysis()  # starts the embedding too, if it has not started
         vector = await features.vector()
-        analysis = await features.analysis()
         if vector is None or analysis is None:
             return None
-        candidates = await self._semantic.search(request.partition, vector, analysis.wire)
+        candidates = await self._semantic.search(request.partition, vector, analysis.analysis)
         for candidate in candidates:
             entry = await self.get_entry(candidate.entry_id)
             if entry is None or entry.partition != request.partition:
@@ -115,12 +128,12 @@ class CacheService:
     ) -> Lookup | None:
         """The nearest entry at a relaxed `threshold` (guards still apply), fresh or within its
         grace period: a degraded answer for when the upstream cannot give a real one."""
+        analysis = await features.analysis()  # starts the embedding too, if it has not started
         vector = await features.vector()
-        analysis = await features.analysis()
         if vector is None or analysis is None:
             return None
         candidates = await self._semantic.search(
-            request.partition, vector, analysis.wire, threshold_override=threshold
+            request.partition, vector, analysis.analysis, threshold_override=threshold
         )
         for candidate in candidates:
             entry = await self.get_entry(candidate.entry_id)
@@ -148,6 +161,7 @@ class CacheService:
                 self._stats.tier_errors[str(tier.name)] += 1
         await self._semantic.add(entry)
         self._stats.stores += 1
+        await self._publish(ReplicationEvent(EventKind.ADD, entry.entry_id))
 
     # --- by id (admin, feedback) -----------------------------------------------------------
 
@@ -174,6 +188,7 @@ class CacheService:
             except TierUnavailable:
                 self._stats.tier_errors[str(tier.name)] += 1
         await self._semantic.update(entry)
+        await self._publish(ReplicationEvent(EventKind.UPDATE, entry.entry_id))
         return replaced
 
     async def delete(self, entry_id: str) -> bool:
@@ -184,6 +199,7 @@ class CacheService:
             except TierUnavailable:
                 self._stats.tier_errors[str(tier.name)] += 1
         deleted = await self._semantic.remove(entry_id) or deleted
+        await self._publish(ReplicationEvent(EventKind.DELETE, entry_id))
         return deleted
 
     async def invalidate(self, selector: Invalidation) -> int:
@@ -195,4 +211,5 @@ class CacheService:
             except TierUnavailable:
                 self._stats.tier_errors[str(tier.name)] += 1
         counts.append(await self._semantic.invalidate(selector))
+        await self._publish(ReplicationEvent(EventKind.INVALIDATE, selector=selector))
         return max(counts)

@@ -1,8 +1,12 @@
 """What the cache core may ask about a prompt beyond its exact key, computed only on demand.
 
-The lemma analysis (spaCy) and the embedding (MiniLM) cost milliseconds, so they are computed
-only when the exact key has missed everywhere, once per request, and reused when the answer is
-stored. `NoFeatures` is the "off" object for deployments without the semantic tier.
+The lemma analysis and the embedding cost milliseconds, so they are computed only once the
+exact key has missed everywhere, once per request, and reused when the answer is stored
+(`normalize/semantic_features.py` has the real implementation).
+
+`NoFeatures` is the "off" object: for deployments without the semantic tier, for prompts the
+configured pipeline cannot read (another language, too long), and for prompts that look like
+injection attempts. Those get exact matches only.
 """
 
 from __future__ import annotations
@@ -12,20 +16,23 @@ from typing import Protocol
 
 import numpy as np
 
+from normalize.meaning import Analysis
 from normalize.request import CacheRequest
 
 
 @dataclass(frozen=True, slots=True)
 class PromptAnalysis:
-    """The lemma view of a prompt: its lemma key and the wire form of its analysis."""
+    """The lemma view of a prompt."""
 
-    lemma_key: str
+    analysis: Analysis
+    # None when lemma-key lookups are turned off.
+    lemma_key: str | None
     wire: str
 
 
 class PromptFeatures(Protocol):
     async def analysis(self) -> PromptAnalysis | None:
-        """None when the prompt cannot be analysed (not eligible, unsupported language)."""
+        """None when the prompt may not be matched loosely."""
         ...
 
     async def vector(self) -> np.ndarray | None:
@@ -34,6 +41,13 @@ class PromptFeatures(Protocol):
 
     def semantic_allowed(self) -> bool:
         """Whether loose matches (lemma key, semantic) may answer this prompt at all."""
+        ...
+
+
+class FeatureSource(Protocol):
+    def for_request(self, request: CacheRequest, loose_matching: bool) -> PromptFeatures:
+        """Features of `request`'s prompt; `loose_matching` false forbids lemma and semantic
+        matches (e.g. a prompt that looks like an injection attempt)."""
         ...
 
 
@@ -46,13 +60,6 @@ class NoFeatures:
 
     def semantic_allowed(self) -> bool:
         return False
-
-
-class FeatureSource(Protocol):
-    def for_request(self, request: CacheRequest, loose_matching: bool) -> PromptFeatures:
-        """Features of `request`'s prompt; `loose_matching` false forbids lemma and semantic
-        matches (e.g. a prompt that looks like an injection attempt)."""
-        ...
 
 
 class NoFeatureSource:

@@ -1,0 +1,102 @@
+"""Every long-lived part of one proxy, as `create_app` wired them, with their health view."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.clock import Clock
+from core.config import DejaConfig
+from fallback.breaker import Breaker
+from normalize.semantic_features import SemanticFeatureSource
+from proxy.access_log import AccessLog, NoAccessLog
+from proxy.admission import AdmissionControl
+from proxy.flight import FlightRegistry
+from proxy.telemetry import Telemetry
+from proxy.upstream import UpstreamClient
+from tiers.lru_k import LruKTier
+from tiers.redis_connection import RedisConnection
+from tiers.redis_tier import RedisTier
+from tiers.replication import StreamReplication
+from tiers.semantic import SemanticTier
+from tiers.service import CacheService
+from tiers.stats import CacheStats
+from tiers.ttl import TtlPolicy
+
+
+@dataclass
+class Deja:
+    config: DejaConfig
+    clock: Clock
+    stats: CacheStats
+    service: CacheService
+    upstream: UpstreamClient
+    breaker: Breaker
+    admission: AdmissionControl
+    flights: FlightRegistry
+    telemetry: Telemetry
+    ttl: TtlPolicy
+    lru: LruKTier | None = None
+    redis: RedisConnection | None = None
+    redis_tier: RedisTier | None = None
+    replication: StreamReplication | None = None
+    semantic: SemanticTier | None = None
+    features: SemanticFeatureSource | None = None
+    access_log: AccessLog | NoAccessLog = field(default_factory=NoAccessLog)
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+    # Set once everything the config enables is loaded (models, the rebuilt index).
+    ready: bool = False
+    startup_error: str | None = None
+
+    def gauges(self) -> dict[str, float]:
+        g: dict[str, float] = {
+            "inflight_upstream_calls": self.admission.active,
+            "queued_upstream_calls": self.admission.queued,
+            "admission_rejections": self.admission.rejected,
+            "breaker_open": 0.0 if self.breaker.snapshot().state == "closed" else 1.0,
+            "breaker_trips": self.breaker.snapshot().trips,
+            "hit_rate": self.stats.hit_rate(),
+            "ready": 1.0 if self.ready else 0.0,
+        }
+        if self.lru is not None:
+            g["lru_k_bytes"] = self.lru.bytes_used
+            g["lru_k_evictions"] = self.lru.evictions
+        if self.redis is not None:
+            g["redis_up"] = 1.0 if self.redis.available else 0.0
+            g["redis_outages"] = self.redis.outages
+        if self.semantic is not None:
+            g["semantic_entries"] = self.semantic.size()
+            g["semantic_partitions"] = self.semantic.partitions()
+            g["semantic_evictions"] = self.semantic.evictions
+        if self.features is not None and self.features.ready:
+            g["embedding_batches"] = self.features.embedder.batches
+            g["embedded_texts"] = self.features.embedder.texts
+        if self.replication is not None:
+            g["replication_events_applied"] = self.replication.applied
+        return g
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        b = self.breaker.snapshot()
+        report: dict[str, Any] = {
+            "upstream": self.config.upstream.url,
+            "breaker": {
+                "state": str(b.state),
+                "failures_in_window": b.failures_in_window,
+                "requests_in_window": b.requests_in_window,
+                "trips": b.trips,
+                "retry_after_s": b.retry_after_s,
+            },
+            "redis": {
+                "configured": self.redis is not None,
+                "available": self.redis.available if self.redis is not None else False,
+            },
+            "semantic": {
+                "enabled": self.config.semantic.enabled,
+                "models_loaded": self.features.ready if self.features is not None else False,
+                "entries": self.semantic.size() if self.semantic is not None else 0,
+            },
+        }
+        if self.startup_error is not None:
+            report["error"] = self.startup_error
+        return self.ready, report

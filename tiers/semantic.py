@@ -1,0 +1,213 @@
+"""The similarity tier: one FAISS index per partition, meaning guards on every candidate.
+
+A candidate answers the query only when its cosine reaches the entry's own threshold (or the
+relaxed threshold of a degraded lookup) and the meaning guards agree that the two prompts ask
+the same thing: same negation parity, numbers with units, entities, compatible roles.
+
+The tier holds vectors and each entry's analysis, threshold and expiry, not the answers: a
+candidate's entry is loaded from the key-value tiers by id. All partitions together hold at
+most `max_entries` vectors; past that the least recently used go (their entries stay servable
+by exact key). Entries past TTL + grace are swept out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from core.clock import Clock
+from core.config import SemanticConfig
+from core.errors import CorruptEntry
+from normalize.guards import MeaningGuard
+from normalize.meaning import Analysis
+from tiers.base import Entry, Invalidation
+from tiers.semantic_base import SemanticCandidate
+from tiers.stats import CacheStats
+from tiers.vector_index import VectorIndex
+
+_log = logging.getLogger("deja.semantic")
+
+# Searching more vectors than this runs in the worker thread, not on the event loop.
+OFF_LOOP_MIN_VECTORS = 4096
+
+
+@dataclass(slots=True)
+class _Indexed:
+    entry_id: str
+    partition: str
+    vector_id: int
+    threshold: float
+    hard_expires_at: float
+    tenant: str
+    namespace: str
+    model: str
+    analysis: Analysis
+
+
+class SemanticTier:
+    def __init__(
+        self, config: SemanticConfig, guard: MeaningGuard, clock: Clock, stats: CacheStats
+    ):
+        self._config = config
+        self._dim = 0  # known once the embedding model is loaded (set_dimension)
+        self._guard = guard
+        self._clock = clock
+        self._stats = stats
+        self._indexes: dict[str, VectorIndex] = {}
+        self._entries: dict[str, _Indexed] = {}
+        self._by_vector: dict[int, str] = {}
+        self._recency: OrderedDict[str, None] = OrderedDict()
+        self._ids = itertools.count(1)
+        self._rebuilding: set[str] = set()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deja-faiss")
+        self.evictions = 0
+        # MODELS.md: FAISS with 2 OpenMP threads slows 10-30× when another process wants a
+        # core; one thread per search, and batching, is faster here.
+        faiss.omp_set_num_threads(1)
+
+    def set_dimension(self, dim: int) -> None:
+        assert dim > 0 and not self._entries, "the dimension is set once, before any entry"
+        self._dim = dim
+
+    def size(self) -> int:
+        return len(self._entries)
+
+    def partitions(self) -> int:
+        return len(self._indexes)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+    async def search(
+        self,
+        partition: str,
+        vector: np.ndarray,
+        query: Analysis,
+        threshold_override: float | None = None,
+    ) -> list[SemanticCandidate]:
+        index = self._indexes.get(partition)
+        if index is None:
+            return []
+        k = self._config.candidates
+        if len(index) >= OFF_LOOP_MIN_VECTORS:
+            loop = asyncio.get_running_loop()
+            found = await loop.run_in_executor(self._executor, index.search, vector, k)
+        else:
+            found = index.search(vector, k)
+        now = self._clock.time()
+        candidates = []
+        for vector_id, similarity in found:
+            item = self._entries.get(self._by_vector.get(vector_id, ""))
+            if item is None or now >= item.hard_expires_at:
+                continue
+            threshold = item.threshold if threshold_override is None else threshold_override
+            if similarity < threshold:
+                continue
+            verdict = self._guard.compare(query, item.analysis)
+            if not verdict.agree:
+                self._stats.guard_rejections[verdict.reason.split(":")[0].split(" ")[0]] += 1
+                continue
+            self._recency.move_to_end(item.entry_id)
+            candidates.append(SemanticCandidate(item.entry_id, similarity))
+        return candidates
+
+    async def add(self, entry: Entry) -> None:
+        if entry.vector is None or entry.analysis is None:
+            return
+        if entry.entry_id in self._entries:
+            await self.update(entry)
+            return
+        vector = np.frombuffer(entry.vector, dtype=np.float32)
+        if not self._dim or vector.shape != (self._dim,):
+            return  # written by a replica with another embedding model: not comparable
+        try:
+            analysis = Analysis.from_wire(entry.analysis)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntry(f"entry {entry.entry_id} has an unreadable analysis: {exc}") from exc
+        index = self._indexes.get(entry.partition)
+        if index is None:
+            cfg = self._config
+            index = VectorIndex(self._dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search)
+            self._indexes[entry.partition] = index
+        vector_id = next(self._ids)
+        index.add(vector_id, vector)
+        self._entries[entry.entry_id] = _Indexed(
+            entry.entry_id,
+            entry.partition,
+            vector_id,
+            entry.threshold,
+            entry.hard_expires_at,
+            entry.tenant,
+            entry.namespace,
+            entry.model,
+            analysis,
+        )
+        self._by_vector[vector_id] = entry.entry_id
+        self._recency[entry.entry_id] = None
+        while len(self._entries) > self._config.max_entries:
+            coldest = next(iter(self._recency))
+            await self.remove(coldest)
+            self.evictions += 1
+        self._maybe_rebuild(entry.partition, index)
+
+    async def update(self, entry: Entry) -> None:
+        item = self._entries.get(entry.entry_id)
+        if item is not None:
+            item.threshold = entry.threshold
+            item.hard_expires_at = entry.hard_expires_at
+
+    async def remove(self, entry_id: str) -> bool:
+        item = self._entries.pop(entry_id, None)
+        if item is None:
+            return False
+        self._recency.pop(entry_id, None)
+        self._by_vector.pop(item.vector_id, None)
+        index = self._indexes[item.partition]
+        index.remove(item.vector_id)
+        if len(index) == 0:
+            del self._indexes[item.partition]
+        else:
+            self._maybe_rebuild(item.partition, index)
+        return True
+
+    async def invalidate(self, selector: Invalidation) -> int:
+        doomed = [
+            item.entry_id
+            for item in self._entries.values()
+            if (selector.tenant is None or item.tenant == selector.tenant)
+            and (selector.namespace is None or item.namespace == selector.namespace)
+            and (selector.model is None or item.model == selector.model)
+        ]
+        for entry_id in doomed:
+            await self.remove(entry_id)
+        return len(doomed)
+
+    async def sweep(self) -> int:
+        """Drop entries past TTL + grace; returns how many."""
+        now = self._clock.time()
+        gone = [item.entry_id for item in self._entries.values() if now >= item.hard_expires_at]
+        for entry_id in gone:
+            await self.remove(entry_id)
+        return len(gone)
+
+    def _maybe_rebuild(self, partition: str, index: VectorIndex) -> None:
+        if partition in self._rebuilding or not index.wants_rebuild():
+            return
+        self._rebuilding.add(partition)
+        future = asyncio.get_running_loop().run_in_executor(self._executor, index.rebuild)
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._rebuilding.discard(partition)
+            if not f.cancelled() and f.exception() is not None:
+                _log.error(
+                    "rebuilding the index of partition %s failed", partition, exc_info=f.exception()
+                )
+
+        future.add_done_callback(done)
