@@ -37,9 +37,12 @@ from proxy.flight import FlightRegistry
 from proxy.health_routes import HealthRoutes
 from proxy.openai_routes import OpenAIRoutes
 from proxy.request_frame import RequestFrame
+from proxy.request_reader import RequestReader
 from proxy.telemetry import Telemetry
 from proxy.upstream import UpstreamClient
 from proxy.upstream_call import UpstreamCaller
+from proxy.upstream_gate import UpstreamGate
+from proxy.verifier import Verifier
 from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
 from tiers.redis_connection import RedisConnection
@@ -47,6 +50,7 @@ from tiers.redis_tier import RedisTier
 from tiers.replication import StreamReplication
 from tiers.service import CacheService
 from tiers.stats import CacheStats
+from tiers.thresholds import ThresholdController
 from tiers.ttl import TtlPolicy
 
 _log = logging.getLogger("deja.app")
@@ -64,20 +68,23 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
     stats = CacheStats()
     deja = _build_core(config, clock, stats)
     features: FeatureSource = deja.features if deja.features is not None else NoFeatureSource()
-    caller = UpstreamCaller(
-        deja.upstream, deja.service, deja.ttl, deja.breaker, deja.admission, clock, config, stats
-    )
+    gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
     auth = ClientAuth(config.proxy, config.upstream)
+    hasher = TenantHasher(config.cache.tenant_secret, config.cache.share_across_tenants)
+    reader = RequestReader(
+        config, auth, hasher, PromptScreen(config.guardrails.injection_patterns), features
+    )
+    embedder = deja.features.embedder if deja.features is not None else None
+    deja.verifier = Verifier(config.verify, gate, deja.service, deja.thresholds, embedder)
     handler = CompletionHandler(
         config=config,
+        reader=reader,
         service=deja.service,
         flights=deja.flights,
-        caller=caller,
-        features=features,
+        caller=UpstreamCaller(gate, deja.service, deja.ttl, deja.thresholds, clock, config, stats),
         degrader=Degrader(config.degrade, deja.service, clock),
-        auth=auth,
-        hasher=TenantHasher(config.cache.tenant_secret, config.cache.share_across_tenants),
-        screen=PromptScreen(config.guardrails.injection_patterns),
+        verifier=deja.verifier,
+        served=deja.served,
         clock=clock,
         stats=stats,
     )
@@ -101,6 +108,7 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
     redis = RedisConnection(config.redis) if config.redis.url else None
     redis_tier = RedisTier(redis, config.redis) if redis is not None else None
     tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
+    thresholds = ThresholdController(config.verify, config.semantic.threshold)
     features = semantic = None
     if config.semantic.enabled:
         # Imported here: spaCy, torch and FAISS are heavy, and a deployment without the
@@ -110,7 +118,9 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
         from tiers.semantic import SemanticTier
 
         features = SemanticFeatureSource(config.semantic)
-        semantic = SemanticTier(config.semantic, MeaningGuard(config.semantic), clock, stats)
+        semantic = SemanticTier(
+            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats
+        )
     service = CacheService(tiers, clock, stats, semantic)
     replication = None
     if redis is not None and redis_tier is not None:
@@ -137,6 +147,7 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
         replication=replication,
         semantic=semantic,
         features=features,
+        thresholds=thresholds,
     )
     return deja
 
@@ -153,6 +164,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     yield
     deja.ready = False
     await deja.flights.drain(deja.config.server.shutdown_grace_s)
+    if deja.verifier is not None:
+        await deja.verifier.drain()
     for task in deja.background:
         task.cancel()
     for task in deja.background:

@@ -1,32 +1,26 @@
 """The cached completion routes' application logic: request → lookup → hit, flight or degrade.
 
-read + validate body ─▶ directives, client key, tenant ─▶ CacheRequest
-    ─▶ lookup (unless no-cache) ─hit─▶ serve the entry
+read (auth, body, directives, keys) ─▶ lookup (unless no-cache) ─hit─▶ serve the entry
     ─miss─▶ join or start the flight for this exact key ─▶ serve the waiter as it asked
              └ upstream failed / breaker open ─▶ degraded answer, or an error
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from core.clock import Clock
 from core.config import DejaConfig
 from core.errors import DejaError
 from fallback.degrade import Degrader
-from normalize.features import FeatureSource, PromptFeatures
-from normalize.fingerprint import TenantHasher, fingerprint
 from normalize.request import CacheRequest, Route
-from normalize.screen import PromptScreen
-from proxy.auth import ClientAuth
 from proxy.context import CacheOutcome, RequestContext
-from proxy.directives import CacheDirectives, parse_directives
 from proxy.flight import Flight, FlightRegistry
-from proxy.request_body import read_json_body, validate
+from proxy.request_reader import ReadRequest, RequestReader
 from proxy.responses import (
     FlightWriter,
     error_response,
@@ -34,114 +28,129 @@ from proxy.responses import (
     new_response_id,
     write_replay,
 )
-from proxy.upstream import UpstreamRequest, forward_headers
 from proxy.upstream_call import CallPlan, UpstreamCaller
-from tiers.base import Lookup
+from proxy.verifier import Verifier
+from tiers.base import Lookup, MatchKind
+from tiers.feedback import ServedRecord, ServedRequests
 from tiers.service import CacheService, LookupOutcome
 from tiers.stats import CacheStats
-
-UPSTREAM_PATHS = {Route.CHAT: "chat/completions", Route.COMPLETIONS: "completions"}
-# Client headers that are Deja's business, not the upstream's.
-_NOT_FORWARDED = frozenset({"authorization", "cache-control", "accept-encoding", "content-type"})
 
 
 class CompletionHandler:
     def __init__(
         self,
         config: DejaConfig,
+        reader: RequestReader,
         service: CacheService,
         flights: FlightRegistry,
         caller: UpstreamCaller,
-        features: FeatureSource,
         degrader: Degrader,
-        auth: ClientAuth,
-        hasher: TenantHasher,
-        screen: PromptScreen,
+        verifier: Verifier,
+        served: ServedRequests,
         clock: Clock,
         stats: CacheStats,
     ) -> None:
         self._config = config
+        self._reader = reader
         self._service = service
         self._flights = flights
         self._caller = caller
-        self._features = features
         self._degrader = degrader
-        self._auth = auth
-        self._hasher = hasher
-        self._screen = screen
+        self._verifier = verifier
+        self._served = served
         self._clock = clock
         self._stats = stats
+        pricing = config.pricing
+        self._prices = {
+            p.model: (p.prompt_per_1k_usd, p.completion_per_1k_usd) for p in pricing.models
+        }
+        self._default_price = (
+            pricing.default_prompt_per_1k_usd,
+            pricing.default_completion_per_1k_usd,
+        )
 
     async def handle(
         self, request: web.Request, route: Route, ctx: RequestContext
     ) -> web.StreamResponse:
         ctx.cache = CacheOutcome.BYPASS  # until a lookup happens
-        api_key = self._auth.client_key(request.headers)
-        body = await read_json_body(request, self._config.server.max_body_bytes)
-        validate(route, body, self._config.server.max_messages)
-        directives = parse_directives(request.headers)
-        ctx.tenant = self._hasher.tenant_of(api_key)
-        creq = fingerprint(route, body, ctx.tenant, directives.namespace)
-        suspicious = self._screen.suspicious(body)
-        features = self._features.for_request(creq, loose_matching=not suspicious)
+        read = await self._reader.read(request, route)
+        creq = read.cache
+        ctx.tenant = creq.tenant
         cacheable = route is Route.CHAT or self._config.cache.cache_completions
         outcome = LookupOutcome()
-        looked_up = cacheable and directives.lookup
+        looked_up = cacheable and read.directives.lookup
         if looked_up:
-            outcome = await self._service.lookup(creq, features, directives.max_age_s)
+            outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
             if outcome.hit is not None:
-                return await self._serve_hit(request, ctx, creq, outcome.hit)
+                return await self._serve_hit(request, ctx, read, outcome.hit)
             ctx.cache = CacheOutcome.MISS
             self._stats.misses += 1
         else:
             self._stats.bypasses += 1
-        store = cacheable and directives.store and not suspicious
+        store = cacheable and read.directives.store and not read.suspicious
         flight = self._flights.joinable(creq.exact_key) if looked_up else None
         if flight is not None:
             ctx.coalesced = True
             self._stats.coalesced += 1
         else:
-            plan = self._plan(request, creq, body, directives, features, store)
+            plan = self._plan(read, store)
             flight = Flight(
                 creq.exact_key, _new_entry_id(creq), creq.stream, store, plan.added_logprobs
             )
             self._flights.start(flight, lambda f: self._caller.run(f, plan), shared=looked_up)
         if flight.will_store:
             ctx.entry_id = flight.entry_id
+            self._served.remember(
+                ctx.request_id, ServedRecord(flight.entry_id, creq.tenant, None, None)
+            )
 
         async def degrade(error: DejaError) -> web.StreamResponse | None:
-            return await self._serve_degraded(
-                request, ctx, creq, features, outcome, looked_up, error
-            )
+            return await self._serve_degraded(request, ctx, read, outcome, looked_up, error)
 
         with flight.attendance():
             return await FlightWriter(request, ctx, creq, flight, degrade).write()
 
     async def _serve_hit(
-        self, request: web.Request, ctx: RequestContext, creq: CacheRequest, lookup: Lookup
+        self, request: web.Request, ctx: RequestContext, read: ReadRequest, lookup: Lookup
     ) -> web.StreamResponse:
-        entry = lookup.entry
+        entry, creq = lookup.entry, read.cache
         now = self._clock.time()
         ctx.cache = CacheOutcome.HIT
         ctx.tier, ctx.match, ctx.similarity = str(lookup.tier), str(lookup.match), lookup.similarity
         ctx.entry_id, ctx.ttl_s, ctx.age_s = entry.entry_id, entry.ttl_s, entry.age_s(now)
-        self._stats.hits[(str(lookup.tier), str(lookup.match))] += 1
+        self._count_hit(lookup)
+        self._served.remember(
+            ctx.request_id,
+            ServedRecord(entry.entry_id, creq.tenant, lookup.match, lookup.similarity),
+        )
+        if lookup.match is MatchKind.SEMANTIC:
+            self._verifier.maybe_verify(lookup, lambda: read.upstream_request(_plain(read.body)))
         response_id, created = new_response_id(creq.route), int(now)
         if creq.stream:
             return await write_replay(request, ctx, entry.completion(response_id, created), creq)
         return json_response(entry.render_json(response_id, created), ctx)
 
+    def _count_hit(self, lookup: Lookup) -> None:
+        entry, stats = lookup.entry, self._stats
+        stats.hits[(str(lookup.tier), str(lookup.match))] += 1
+        stats.prompt_tokens_saved += entry.prompt_tokens
+        stats.completion_tokens_saved += entry.completion_tokens
+        prompt_price, completion_price = self._prices.get(entry.model, self._default_price)
+        stats.usd_saved += (
+            entry.prompt_tokens * prompt_price + entry.completion_tokens * completion_price
+        ) / 1000
+
     async def _serve_degraded(
         self,
         request: web.Request,
         ctx: RequestContext,
-        creq: CacheRequest,
-        features: PromptFeatures,
+        read: ReadRequest,
         outcome: LookupOutcome,
         looked_up: bool,
         error: DejaError,
     ) -> web.StreamResponse | None:
-        answer = await self._degrader.answer(creq, features, outcome.stale, looked_up)
+        creq = read.cache
+        answer = await self._degrader.answer(creq, read.features, outcome.stale, looked_up)
         if answer is None:
             unavailable = self._degrader.unavailable(error)
             return error_response(unavailable, ctx) if unavailable is not error else None
@@ -156,17 +165,10 @@ class CompletionHandler:
         completion = {**answer.completion, "id": new_response_id(creq.route), "created": int(now)}
         if creq.stream:
             return await write_replay(request, ctx, completion, creq)
-        return json_response(json.dumps(completion).encode(), ctx)
+        return json_response(orjson.dumps(completion), ctx)
 
-    def _plan(
-        self,
-        request: web.Request,
-        creq: CacheRequest,
-        body: dict[str, Any],
-        directives: CacheDirectives,
-        features: PromptFeatures,
-        store: bool,
-    ) -> CallPlan:
+    def _plan(self, read: ReadRequest, store: bool) -> CallPlan:
+        creq, body = read.cache, read.body
         upstream_body = dict(body)
         if creq.stream:
             # Always ask for usage: it is part of the stored answer. Clients that did not ask
@@ -187,25 +189,20 @@ class CompletionHandler:
                 upstream_body.update(logprobs=True, top_logprobs=k)
             else:
                 upstream_body["logprobs"] = k
-        headers = forward_headers(request.headers, drop=_NOT_FORWARDED)
-        headers.append(("Content-Type", "application/json"))
-        authorization = self._auth.upstream_authorization(request.headers)
-        if authorization:
-            headers.append(("Authorization", authorization))
-
-        def upstream(payload: dict[str, Any]) -> UpstreamRequest:
-            encoded = json.dumps(payload, ensure_ascii=False).encode()
-            return UpstreamRequest("POST", UPSTREAM_PATHS[creq.route], tuple(headers), encoded)
-
         return CallPlan(
             request=creq,
-            upstream=upstream(upstream_body),
-            features=features,
+            upstream=read.upstream_request(upstream_body),
+            features=read.features,
             store=store,
-            store_ttl_cap_s=directives.store_ttl_cap_s,
+            store_ttl_cap_s=read.directives.store_ttl_cap_s,
             added_logprobs=added,
-            plain_upstream=upstream(plain_body) if added else None,
+            plain_upstream=read.upstream_request(plain_body) if added else None,
         )
+
+
+def _plain(body: dict[str, Any]) -> dict[str, Any]:
+    """The request as a verification sends it: not streamed."""
+    return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
 
 
 def _asked_logprobs(route: Route, body: dict[str, Any]) -> bool:

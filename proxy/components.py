@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.clock import Clock
-from core.config import DejaConfig
+from core.config import DejaConfig, SemanticConfig, VerifyConfig
 from fallback.breaker import Breaker
 from normalize.semantic_features import SemanticFeatureSource
 from proxy.access_log import AccessLog, NoAccessLog
@@ -15,6 +15,8 @@ from proxy.admission import AdmissionControl
 from proxy.flight import FlightRegistry
 from proxy.telemetry import Telemetry
 from proxy.upstream import UpstreamClient
+from proxy.verifier import Verifier
+from tiers.feedback import ServedRequests
 from tiers.lru_k import LruKTier
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
@@ -22,6 +24,7 @@ from tiers.replication import StreamReplication
 from tiers.semantic import SemanticTier
 from tiers.service import CacheService
 from tiers.stats import CacheStats
+from tiers.thresholds import ThresholdController
 from tiers.ttl import TtlPolicy
 
 
@@ -43,6 +46,11 @@ class Deja:
     replication: StreamReplication | None = None
     semantic: SemanticTier | None = None
     features: SemanticFeatureSource | None = None
+    thresholds: ThresholdController = field(
+        default_factory=lambda: ThresholdController(VerifyConfig(), SemanticConfig().threshold)
+    )
+    verifier: Verifier | None = None
+    served: ServedRequests = field(default_factory=ServedRequests)
     access_log: AccessLog | NoAccessLog = field(default_factory=NoAccessLog)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     # Set once everything the config enables is loaded (models, the rebuilt index).
@@ -74,6 +82,12 @@ class Deja:
             g["embedded_texts"] = self.features.embedder.texts
         if self.replication is not None:
             g["replication_events_applied"] = self.replication.applied
+        estimate = self.thresholds.estimator.estimate()
+        g["semantic_threshold"] = self.thresholds.global_threshold
+        g["false_hit_rate"] = estimate.rate
+        g["false_hit_rate_low"] = estimate.low
+        g["false_hit_rate_high"] = estimate.high
+        g["verified_hits"] = estimate.verified
         return g
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:

@@ -16,17 +16,16 @@ import orjson
 
 from core.clock import Clock
 from core.config import DejaConfig
-from core.errors import BreakerOpen, UpstreamError
-from fallback.breaker import Breaker
 from normalize.features import PromptFeatures
 from normalize.request import CacheRequest, Route
-from proxy.admission import AdmissionControl
 from proxy.flight import Flight, FlightBody, FlightChunk, FlightEnd, FlightHead
 from proxy.sse import CLEAN_FINISH, DONE, CompletionAssembler, SseParser, dumps
-from proxy.upstream import UpstreamClient, UpstreamRequest, UpstreamResponse
+from proxy.upstream import UpstreamRequest, UpstreamResponse
+from proxy.upstream_gate import UpstreamGate
 from tiers.base import Entry
 from tiers.service import CacheService
 from tiers.stats import CacheStats
+from tiers.thresholds import ThresholdController
 from tiers.ttl import (
     AnswerCertainty,
     TtlPolicy,
@@ -54,28 +53,26 @@ class CallPlan:
 class UpstreamCaller:
     def __init__(
         self,
-        client: UpstreamClient,
+        gate: UpstreamGate,
         service: CacheService,
         ttl: TtlPolicy,
-        breaker: Breaker,
-        admission: AdmissionControl,
+        thresholds: ThresholdController,
         clock: Clock,
         config: DejaConfig,
         stats: CacheStats,
     ) -> None:
-        self._client = client
+        self._gate = gate
         self._service = service
         self._ttl = ttl
-        self._breaker = breaker
-        self._admission = admission
+        self._thresholds = thresholds
         self._clock = clock
         self._config = config
         self._stats = stats
 
     async def run(self, flight: Flight, plan: CallPlan) -> None:
         """The body of a flight's task (see FlightRegistry.start)."""
-        async with self._admission.slot():
-            response = await self._open(plan.upstream)
+        async with self._gate.admitted():
+            response = await self._gate.open(plan.upstream)
             if plan.plain_upstream is not None and response.status in (400, 422):
                 # Some upstreams refuse logprobs (or refuse them with tools): ask as the
                 # client asked, and give up on certainty figures for this answer.
@@ -84,33 +81,13 @@ class UpstreamCaller:
                     plan, upstream=plan.plain_upstream, added_logprobs=False, plain_upstream=None
                 )
                 flight.added_logprobs = False
-                response = await self._open(plan.upstream)
+                response = await self._gate.open(plan.upstream)
             try:
                 completion = await self._relay(flight, plan, response)
             finally:
                 response.release()
         if completion is not None:
             await self._store(flight.entry_id, plan, completion)
-
-    async def _open(self, request: UpstreamRequest) -> UpstreamResponse:
-        if not self._breaker.allow():
-            raise BreakerOpen(
-                "the upstream is failing; the circuit breaker is open",
-                retry_after_s=self._breaker.retry_after_s(),
-            )
-        try:
-            response = await self._client.open(request)
-        except UpstreamError:
-            self._breaker.record_failure()
-            raise
-        except BaseException:
-            self._breaker.release()
-            raise
-        if response.status >= 500:
-            self._breaker.record_failure()
-        else:
-            self._breaker.record_success(response.ttfb_s)
-        return response
 
     async def _relay(
         self, flight: Flight, plan: CallPlan, response: UpstreamResponse
@@ -191,7 +168,9 @@ class UpstreamCaller:
             grace_s=self._config.degrade.stale_grace_s,
             confidence=certainty.confidence,
             certainty=certainty.certainty,
-            threshold=self._config.semantic.threshold,
+            threshold=self._thresholds.neutral_floor,
+            prompt_tokens=_usage(completion, "prompt_tokens"),
+            completion_tokens=_usage(completion, "completion_tokens"),
             analysis=analysis.wire if analysis else None,
             vector=vector.astype("float32").tobytes() if vector is not None else None,
         )
@@ -214,6 +193,12 @@ class UpstreamCaller:
             certainty=sum(f.certainty * f.tokens for f in measured) / total,
             tokens=total,
         )
+
+
+def _usage(completion: dict[str, Any], field: str) -> int:
+    usage = completion.get("usage")
+    value = usage.get(field) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def strip_logprobs(choice: Any) -> Any:

@@ -50,8 +50,12 @@ class Entry:
     confidence: float = 1.0
     certainty: float = 1.0
     feedback: tuple[float, ...] = ()
-    # Cosine similarity a semantic match needs for this entry.
-    threshold: float = 1.0
+    # This entry's own similarity floor (tiers/thresholds.py): raised by disagreements, lowered
+    # by agreements. A candidate needs max(global threshold, floor).
+    threshold: float = 0.0
+    # The answer's token counts (from its usage), for the tokens-saved statistics.
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     # `normalize.lemmas.Analysis.to_wire()` of the prompt, for the semantic tier's guards.
     analysis: str | None = None
     # The prompt's embedding, float32 bytes; only the Redis and semantic tiers keep it.

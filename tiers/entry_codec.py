@@ -42,6 +42,8 @@ def encode_meta(entry: Entry) -> bytes:
         "certainty": entry.certainty,
         "feedback": list(entry.feedback),
         "threshold": entry.threshold,
+        "prompt_tokens": entry.prompt_tokens,
+        "completion_tokens": entry.completion_tokens,
     }
     return json.dumps(meta, separators=(",", ":")).encode()
 
@@ -108,6 +110,8 @@ def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:
             certainty=float(meta["certainty"]),
             feedback=tuple(float(x) for x in meta["feedback"]),
             threshold=float(meta["threshold"]),
+            prompt_tokens=int(meta.get("prompt_tokens", 0)),
+            completion_tokens=int(meta.get("completion_tokens", 0)),
             analysis=analysis.decode() if analysis is not None else None,
             vector=get.get(VECTOR),
         )

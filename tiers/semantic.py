@@ -1,7 +1,8 @@
 """The similarity tier: one FAISS index per partition, meaning guards on every candidate.
 
-A candidate answers the query only when its cosine reaches the entry's own threshold (or the
-relaxed threshold of a degraded lookup) and the meaning guards agree that the two prompts ask
+A candidate answers the query only when its cosine reaches its effective threshold (the larger
+of the global threshold and the entry's own floor, see tiers/thresholds.py; or the relaxed
+threshold of a degraded lookup) and the meaning guards agree that the two prompts ask
 the same thing: same negation parity, numbers with units, entities, compatible roles.
 
 The tier holds vectors and each entry's analysis, threshold and expiry, not the answers: a
@@ -30,6 +31,7 @@ from normalize.meaning import Analysis
 from tiers.base import Entry, Invalidation
 from tiers.semantic_base import SemanticCandidate
 from tiers.stats import CacheStats
+from tiers.thresholds import ThresholdController
 from tiers.vector_index import VectorIndex
 
 _log = logging.getLogger("deja.semantic")
@@ -53,11 +55,17 @@ class _Indexed:
 
 class SemanticTier:
     def __init__(
-        self, config: SemanticConfig, guard: MeaningGuard, clock: Clock, stats: CacheStats
+        self,
+        config: SemanticConfig,
+        guard: MeaningGuard,
+        thresholds: ThresholdController,
+        clock: Clock,
+        stats: CacheStats,
     ):
         self._config = config
         self._dim = 0  # known once the embedding model is loaded (set_dimension)
         self._guard = guard
+        self._thresholds = thresholds
         self._clock = clock
         self._stats = stats
         self._indexes: dict[str, VectorIndex] = {}
@@ -107,7 +115,11 @@ class SemanticTier:
             item = self._entries.get(self._by_vector.get(vector_id, ""))
             if item is None or now >= item.hard_expires_at:
                 continue
-            threshold = item.threshold if threshold_override is None else threshold_override
+            threshold = (
+                self._thresholds.effective(item.threshold)
+                if threshold_override is None
+                else threshold_override
+            )
             if similarity < threshold:
                 continue
             verdict = self._guard.compare(query, item.analysis)

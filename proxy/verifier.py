@@ -1,0 +1,154 @@
+"""Background verification of a sampled share of semantic hits.
+
+The client gets the cached answer at once; then, for `verify.sample_share` of semantic hits,
+the same request is sent upstream in the background and the fresh answer is compared with the
+cached one: first by normalized answer keys (canonical text, or tool names and arguments), then
+by answer-embedding cosine (≥ `verify.answer_agreement` agrees). The outcome feeds the
+threshold controller and the false-hit estimate, and moves the entry's own floor.
+
+Verification calls go through the same admission control and breaker as real misses, and at
+most `verify.max_inflight` run at once (past that a hit is simply not sampled), so checking
+never crowds out serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+import orjson
+
+from core.config import VerifyConfig
+from core.errors import DejaError
+from normalize.text import canonical_text
+from proxy.upstream import UpstreamRequest
+from proxy.upstream_gate import UpstreamGate
+from tiers.base import Lookup
+from tiers.service import CacheService
+from tiers.thresholds import ThresholdController
+
+_log = logging.getLogger("deja.verify")
+
+
+class AnswerEmbedder(Protocol):
+    async def embed(self, text: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    agreed: bool
+    how: str  # "key", "embedding" or "tools"
+    similarity: float | None = None
+
+
+def answer_of(completion: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
+    """(text, [(tool name, parsed arguments)]) of a completion's first choice."""
+    choices = completion.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    if "message" in choice:
+        message = choice.get("message") or {}
+        calls = []
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            try:
+                arguments = orjson.loads(function.get("arguments") or "null")
+            except orjson.JSONDecodeError:
+                arguments = function.get("arguments")
+            calls.append((str(function.get("name") or ""), arguments))
+        return str(message.get("content") or ""), calls
+    return str(choice.get("text") or ""), []
+
+
+async def compare_answers(
+    cached: dict[str, Any], fresh: dict[str, Any], embedder: AnswerEmbedder | None, agreement: float
+) -> Verdict:
+    cached_text, cached_calls = answer_of(cached)
+    fresh_text, fresh_calls = answer_of(fresh)
+    if cached_calls or fresh_calls:
+        return Verdict(cached_calls == fresh_calls, "tools")
+    if canonical_text(cached_text) == canonical_text(fresh_text):
+        return Verdict(True, "key")
+    if embedder is None:
+        return Verdict(False, "key")
+    a, b = await asyncio.gather(embedder.embed(cached_text), embedder.embed(fresh_text))
+    similarity = float(np.dot(a, b))
+    return Verdict(similarity >= agreement, "embedding", similarity)
+
+
+class Verifier:
+    def __init__(
+        self,
+        config: VerifyConfig,
+        gate: UpstreamGate,
+        service: CacheService,
+        thresholds: ThresholdController,
+        embedder: AnswerEmbedder | None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._config = config
+        self._gate = gate
+        self._service = service
+        self._thresholds = thresholds
+        self._embedder = embedder
+        self._rng = rng or random.Random()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.verified = 0
+        self.failed = 0
+
+    def maybe_verify(self, lookup: Lookup, request: Callable[[], UpstreamRequest]) -> bool:
+        """Start a background check of this semantic hit if it is sampled; True if started."""
+        if self._config.sample_share <= 0 or len(self._tasks) >= self._config.max_inflight:
+            return False
+        if self._rng.random() >= self._config.sample_share:
+            return False
+        task = asyncio.get_running_loop().create_task(self._verify(lookup, request()))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _verify(self, lookup: Lookup, request: UpstreamRequest) -> None:
+        try:
+            fresh = await self._ask(request)
+        except DejaError as exc:
+            self.failed += 1
+            _log.debug("verification of entry %s skipped: %s", lookup.entry.entry_id, exc)
+            return
+        if fresh is None:
+            self.failed += 1
+            return
+        cached = lookup.entry.completion("", 0)
+        verdict = await compare_answers(
+            cached, fresh, self._embedder, self._config.answer_agreement
+        )
+        await self.record(lookup, verdict.agreed)
+
+    async def record(self, lookup: Lookup, agreed: bool) -> None:
+        """Evidence about a semantic hit: the estimate, the global threshold, the entry's floor."""
+        assert lookup.similarity is not None, "only semantic hits are verified"
+        self.verified += 1
+        self._thresholds.record(agreed)
+        entry = await self._service.get_entry(lookup.entry.entry_id)
+        if entry is not None:
+            floor = self._thresholds.floor_after(entry.threshold, lookup.similarity, agreed)
+            if floor != entry.threshold:
+                await self._service.replace(replace(entry, threshold=floor))
+
+    async def _ask(self, request: UpstreamRequest) -> dict[str, Any] | None:
+        async with self._gate.call(request) as response:
+            if response.status >= 300:
+                return None
+            raw = await response.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        return body if isinstance(body, dict) else None

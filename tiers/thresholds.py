@@ -1,0 +1,106 @@
+"""Similarity thresholds that follow evidence, and an honest estimate of the false-hit rate.
+
+Evidence comes from verified semantic hits (a sampled share is also asked upstream and the two
+answers compared) and from negative user feedback on semantic hits. Two things move with it:
+
+* The global threshold T (starting at `semantic.threshold`). Each disagreement raises it by
+  `up`, each agreement lowers it by `down = up · r/(1−r)`, with r a little under the target
+  false-hit rate. This is a Robbins–Monro step: the expected move is zero exactly where the
+  verified false-hit rate is r, so T settles where the rate is under the target, rising fast
+  after false hits and giving hit rate back slowly.
+* Each entry's own floor. A disagreement at similarity s puts the entry's floor at s + margin,
+  so the same mistake is not made twice; an agreement lowers the floor by `lower_step`.
+
+A candidate's effective threshold is max(T, its floor), clamped to [threshold_min,
+threshold_max]. Entries start with no floor of their own (floor = threshold_min).
+
+`FalseHitEstimator` keeps the verified counts and gives the rate with a Wilson 95% interval.
+Everything here is pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from core.config import VerifyConfig
+
+Z_95 = 1.959964
+# The controller aims this far under the target, so noise keeps the true rate below it.
+_AIM = 0.7
+_UP_STEP = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class RateEstimate:
+    verified: int
+    wrong: int
+    rate: float
+    low: float
+    high: float
+
+
+def wilson_interval(wrong: int, total: int, z: float = Z_95) -> tuple[float, float]:
+    if total == 0:
+        return 0.0, 1.0
+    p = wrong / total
+    denom = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denom
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+class FalseHitEstimator:
+    """Wrong hits / verified semantic hits, with its 95% interval."""
+
+    def __init__(self) -> None:
+        self.verified = 0
+        self.wrong = 0
+
+    def record(self, agreed: bool) -> None:
+        self.verified += 1
+        self.wrong += 0 if agreed else 1
+
+    def estimate(self) -> RateEstimate:
+        low, high = wilson_interval(self.wrong, self.verified)
+        rate = self.wrong / self.verified if self.verified else 0.0
+        return RateEstimate(self.verified, self.wrong, rate, low, high)
+
+
+class ThresholdController:
+    def __init__(self, config: VerifyConfig, initial: float) -> None:
+        self._config = config
+        self._global = self._clamp(initial)
+        aim = config.target_false_hit_rate * _AIM
+        self._up = _UP_STEP
+        self._down = _UP_STEP * aim / (1 - aim)
+        self.estimator = FalseHitEstimator()
+
+    @property
+    def global_threshold(self) -> float:
+        return self._global
+
+    @property
+    def neutral_floor(self) -> float:
+        """The floor of an entry without evidence of its own."""
+        return self._config.threshold_min
+
+    def effective(self, entry_floor: float) -> float:
+        return self._clamp(max(self._global, entry_floor))
+
+    def record(self, agreed: bool) -> None:
+        """One verification outcome (or a negative feedback: agreed=False)."""
+        self.estimator.record(agreed)
+        if agreed:
+            self._global = self._clamp(self._global - self._down)
+        else:
+            self._global = self._clamp(self._global + self._up)
+
+    def floor_after(self, floor: float, similarity: float, agreed: bool) -> float:
+        """An entry's new floor after evidence at `similarity`."""
+        if agreed:
+            return max(self._config.threshold_min, floor - self._config.lower_step)
+        return self._clamp(max(floor, similarity + self._config.raise_margin))
+
+    def _clamp(self, value: float) -> float:
+        return min(self._config.threshold_max, max(self._config.threshold_min, value))
