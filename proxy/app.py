@@ -29,10 +29,12 @@ from normalize.features import FeatureSource, NoFeatureSource
 from normalize.fingerprint import TenantHasher
 from normalize.screen import PromptScreen
 from proxy.access_log import AccessLog, NoAccessLog
+from proxy.admin_routes import AdminRoutes
 from proxy.admission import AdmissionControl
 from proxy.auth import ClientAuth
 from proxy.completions import CompletionHandler
 from proxy.components import Deja
+from proxy.entry_builder import EntryBuilder
 from proxy.flight import FlightRegistry
 from proxy.health_routes import HealthRoutes
 from proxy.openai_routes import OpenAIRoutes
@@ -43,7 +45,9 @@ from proxy.upstream import UpstreamClient
 from proxy.upstream_call import UpstreamCaller
 from proxy.upstream_gate import UpstreamGate
 from proxy.verifier import Verifier
+from proxy.warmup import WarmUp
 from tiers.base import CacheTier
+from tiers.feedback import FeedbackService
 from tiers.lru_k import LruKTier
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
@@ -71,9 +75,8 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
     gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
     auth = ClientAuth(config.proxy, config.upstream)
     hasher = TenantHasher(config.cache.tenant_secret, config.cache.share_across_tenants)
-    reader = RequestReader(
-        config, auth, hasher, PromptScreen(config.guardrails.injection_patterns), features
-    )
+    screen = PromptScreen(config.guardrails.injection_patterns)
+    reader = RequestReader(config, auth, hasher, screen, features)
     embedder = deja.features.embedder if deja.features is not None else None
     deja.verifier = Verifier(config.verify, gate, deja.service, deja.thresholds, embedder)
     handler = CompletionHandler(
@@ -81,7 +84,7 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
         reader=reader,
         service=deja.service,
         flights=deja.flights,
-        caller=UpstreamCaller(gate, deja.service, deja.ttl, deja.thresholds, clock, config, stats),
+        caller=UpstreamCaller(gate, deja.service, deja.entries, stats),
         degrader=Degrader(config.degrade, deja.service, clock),
         verifier=deja.verifier,
         served=deja.served,
@@ -95,6 +98,12 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
     frame = RequestFrame(app, deja.telemetry, deja.access_log)
     HealthRoutes(deja.readiness, deja.telemetry, config.telemetry.metrics).register(frame)
     OpenAIRoutes(handler, deja.upstream, auth, config.server.max_passthrough_bytes).register(frame)
+    if config.admin.token:
+        feedback = FeedbackService(deja.service, deja.ttl, deja.thresholds, stats)
+        warmup = WarmUp(
+            deja.service, deja.entries, hasher, features, screen, config.server.max_messages
+        )
+        AdminRoutes(deja, feedback, warmup, auth, hasher).register(frame)
     frame.not_found_route()
     return app
 
@@ -109,6 +118,7 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
     redis_tier = RedisTier(redis, config.redis) if redis is not None else None
     tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
     thresholds = ThresholdController(config.verify, config.semantic.threshold)
+    ttl = TtlPolicy(config.ttl)
     features = semantic = None
     if config.semantic.enabled:
         # Imported here: spaCy, torch and FAISS are heavy, and a deployment without the
@@ -140,7 +150,8 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
         admission=AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s),
         flights=FlightRegistry(),
         telemetry=Telemetry(config.telemetry, stats, lambda: deja.gauges()),
-        ttl=TtlPolicy(config.ttl),
+        ttl=ttl,
+        entries=EntryBuilder(config, ttl, thresholds, clock),
         lru=lru,
         redis=redis,
         redis_tier=redis_tier,

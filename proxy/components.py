@@ -12,6 +12,7 @@ from fallback.breaker import Breaker
 from normalize.semantic_features import SemanticFeatureSource
 from proxy.access_log import AccessLog, NoAccessLog
 from proxy.admission import AdmissionControl
+from proxy.entry_builder import EntryBuilder
 from proxy.flight import FlightRegistry
 from proxy.telemetry import Telemetry
 from proxy.upstream import UpstreamClient
@@ -40,6 +41,7 @@ class Deja:
     flights: FlightRegistry
     telemetry: Telemetry
     ttl: TtlPolicy
+    entries: EntryBuilder
     lru: LruKTier | None = None
     redis: RedisConnection | None = None
     redis_tier: RedisTier | None = None

@@ -12,6 +12,7 @@ from aiohttp import web
 from core.errors import BreakerOpen, DejaError, RateLimited, UpstreamError, UpstreamProtocolError
 from normalize.request import CacheRequest, Route
 from proxy.context import RequestContext
+from proxy.entry_builder import without_logprobs
 from proxy.flight import (
     Flight,
     FlightBody,
@@ -22,7 +23,6 @@ from proxy.flight import (
     FlightHead,
 )
 from proxy.sse import DONE, dumps, encode_event, replay_chunks
-from proxy.upstream_call import strip_logprobs
 
 JSON = "application/json"
 SSE_HEADERS = {
@@ -166,7 +166,10 @@ class FlightWriter:
     def _client_view(self, completion: dict[str, Any]) -> dict[str, Any]:
         if not self._added_logprobs:
             return completion
-        return {**completion, "choices": [strip_logprobs(c) for c in completion.get("choices", [])]}
+        return {
+            **completion,
+            "choices": [without_logprobs(c) for c in completion.get("choices", [])],
+        }
 
     async def _stream_live(
         self, head: FlightHead, events: AsyncIterator[FlightEvent]
@@ -200,7 +203,7 @@ class FlightWriter:
                 return None  # the usage-only chunk Deja asked for on its own account
             obj = {k: v for k, v in obj.items() if k != "usage"}
         if self._added_logprobs:
-            obj = {**obj, "choices": [strip_logprobs(c) for c in obj.get("choices", [])]}
+            obj = {**obj, "choices": [without_logprobs(c) for c in obj.get("choices", [])]}
         return dumps(obj)
 
 

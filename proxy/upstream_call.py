@@ -14,24 +14,15 @@ from typing import Any
 
 import orjson
 
-from core.clock import Clock
-from core.config import DejaConfig
 from normalize.features import PromptFeatures
-from normalize.request import CacheRequest, Route
+from normalize.request import CacheRequest
+from proxy.entry_builder import EntryBuilder
 from proxy.flight import Flight, FlightBody, FlightChunk, FlightEnd, FlightHead
-from proxy.sse import CLEAN_FINISH, DONE, CompletionAssembler, SseParser, dumps
+from proxy.sse import CLEAN_FINISH, DONE, CompletionAssembler, SseParser
 from proxy.upstream import UpstreamRequest, UpstreamResponse
 from proxy.upstream_gate import UpstreamGate
-from tiers.base import Entry
 from tiers.service import CacheService
 from tiers.stats import CacheStats
-from tiers.thresholds import ThresholdController
-from tiers.ttl import (
-    AnswerCertainty,
-    TtlPolicy,
-    certainty_from_chat_logprobs,
-    certainty_from_text_logprobs,
-)
 
 _log = logging.getLogger("deja.upstream")
 
@@ -52,21 +43,11 @@ class CallPlan:
 
 class UpstreamCaller:
     def __init__(
-        self,
-        gate: UpstreamGate,
-        service: CacheService,
-        ttl: TtlPolicy,
-        thresholds: ThresholdController,
-        clock: Clock,
-        config: DejaConfig,
-        stats: CacheStats,
+        self, gate: UpstreamGate, service: CacheService, entries: EntryBuilder, stats: CacheStats
     ) -> None:
         self._gate = gate
         self._service = service
-        self._ttl = ttl
-        self._thresholds = thresholds
-        self._clock = clock
-        self._config = config
+        self._entries = entries
         self._stats = stats
 
     async def run(self, flight: Flight, plan: CallPlan) -> None:
@@ -140,71 +121,18 @@ class UpstreamCaller:
         return True
 
     async def _store(self, entry_id: str, plan: CallPlan, completion: dict[str, Any]) -> None:
-        certainty = self._certainty(plan.request.route, completion)
-        stored = {k: v for k, v in completion.items() if k not in ("id", "created")}
-        if plan.added_logprobs:
-            stored["choices"] = [strip_logprobs(c) for c in stored.get("choices", [])]
-        body = dumps(stored).encode()
-        if len(body) > self._config.cache.max_entry_bytes:
+        entry = await self._entries.build(
+            entry_id,
+            plan.request,
+            completion,
+            plan.features,
+            plan.store_ttl_cap_s,
+            plan.added_logprobs,
+        )
+        if entry is None:
             self._stats.not_stored["too_large"] += 1
             return
-        analysis = await plan.features.analysis() if plan.features.semantic_allowed() else None
-        vector = await plan.features.vector() if analysis is not None else None
-        request = plan.request
-        entry = Entry(
-            entry_id=entry_id,
-            route=request.route,
-            tenant=request.tenant,
-            namespace=request.namespace,
-            model=request.model,
-            partition=request.partition,
-            exact_key=request.exact_key,
-            lemma_key=analysis.lemma_key if analysis else None,
-            body=body,
-            stored_at=self._clock.time(),
-            ttl_s=self._ttl.ttl_s(
-                certainty.confidence, certainty.certainty, (), plan.store_ttl_cap_s
-            ),
-            grace_s=self._config.degrade.stale_grace_s,
-            confidence=certainty.confidence,
-            certainty=certainty.certainty,
-            threshold=self._thresholds.neutral_floor,
-            prompt_tokens=_usage(completion, "prompt_tokens"),
-            completion_tokens=_usage(completion, "completion_tokens"),
-            analysis=analysis.wire if analysis else None,
-            vector=vector.astype("float32").tobytes() if vector is not None else None,
-        )
         await self._service.store(entry)
-
-    def _certainty(self, route: Route, completion: dict[str, Any]) -> AnswerCertainty:
-        k = self._config.upstream.top_logprobs
-        figures = [
-            certainty_from_chat_logprobs(c.get("logprobs"), k)
-            if route is Route.CHAT
-            else certainty_from_text_logprobs(c.get("logprobs"), k)
-            for c in completion.get("choices", [])
-        ]
-        measured = [f for f in figures if f.tokens]
-        if not measured:
-            return AnswerCertainty()
-        total = sum(f.tokens for f in measured)
-        return AnswerCertainty(
-            confidence=sum(f.confidence * f.tokens for f in measured) / total,
-            certainty=sum(f.certainty * f.tokens for f in measured) / total,
-            tokens=total,
-        )
-
-
-def _usage(completion: dict[str, Any], field: str) -> int:
-    usage = completion.get("usage")
-    value = usage.get(field) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def strip_logprobs(choice: Any) -> Any:
-    if isinstance(choice, dict) and choice.get("logprobs") is not None:
-        return {**choice, "logprobs": None}
-    return choice
 
 
 def _finish_reasons(completion: dict[str, Any]) -> list[Any]:

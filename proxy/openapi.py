@@ -1,0 +1,219 @@
+"""The OpenAPI 3.1 description of the admin API (served at GET /admin/v1/openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _response(
+    description: str, schema: dict[str, Any] | None = None, media: str = "application/json"
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description}
+    if schema is not None:
+        out["content"] = {media: {"schema": schema}}
+    return out
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    names = {
+        400: "Invalid input",
+        401: "Missing or wrong token",
+        404: "No such entry (or not yours)",
+    }
+    return {str(code): _response(names[code], _ERROR) for code in codes}
+
+
+def admin_openapi() -> dict[str, Any]:
+    entry_id = {"name": "entry_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Deja admin API",
+            "version": "1",
+            "description": "Feedback, entries, invalidation, statistics and warm-up of a Deja proxy.",
+        },
+        "servers": [{"url": "/admin/v1"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/feedback": {
+                "post": {
+                    "summary": "Report on a cached answer; recomputes its TTL, may evict it",
+                    "description": "The admin token, or the client's own API key for entries of its own "
+                    "tenant. Two irrelevant signals evict the entry everywhere. Negative feedback naming "
+                    "the request id of a semantic hit also raises the entry's similarity floor.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/Feedback"}
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _response(
+                            "The entry after the feedback",
+                            {"$ref": "#/components/schemas/FeedbackResult"},
+                        ),
+                        **_errors(400, 401, 404),
+                    },
+                }
+            },
+            "/entries/{entry_id}": {
+                "get": {
+                    "summary": "An entry's metadata and stored completion",
+                    "parameters": [entry_id],
+                    "responses": {
+                        "200": _response("The entry", {"type": "object"}),
+                        **_errors(401, 404),
+                    },
+                },
+                "delete": {
+                    "summary": "Delete an entry from every tier and every replica",
+                    "parameters": [entry_id],
+                    "responses": {
+                        "200": _response("Deleted", {"type": "object"}),
+                        **_errors(401, 404),
+                    },
+                },
+            },
+            "/invalidate": {
+                "post": {
+                    "summary": "Delete the entries a selector matches, across Redis and every replica",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/Invalidation"}
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _response(
+                            "How many entries went",
+                            {"type": "object", "properties": {"invalidated": {"type": "integer"}}},
+                        ),
+                        **_errors(400, 401),
+                    },
+                }
+            },
+            "/stats": {
+                "get": {
+                    "summary": "Hits by tier and match kind, sizes, hit rate, savings, the false-hit estimate",
+                    "responses": {
+                        "200": _response("Statistics of this replica", {"type": "object"}),
+                        **_errors(401),
+                    },
+                }
+            },
+            "/warmup": {
+                "post": {
+                    "summary": "Store request/answer pairs from a JSONL body; progress streams back as NDJSON",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/x-ndjson": {
+                                "schema": {"$ref": "#/components/schemas/WarmUpLine"}
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _response(
+                            "One line per input line ({line, entry_id} or {line, error}), then {summary}",
+                            {"type": "object"},
+                            "application/x-ndjson",
+                        ),
+                        **_errors(401),
+                    },
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "summary": "This document",
+                    "responses": {"200": _response("OpenAPI 3.1", {"type": "object"})},
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "properties": {
+                                "message": {"type": "string"},
+                                "type": {"type": "string"},
+                                "code": {"type": ["string", "null"]},
+                            },
+                        }
+                    },
+                },
+                "Feedback": {
+                    "type": "object",
+                    "required": ["signal"],
+                    "properties": {
+                        "entry_id": {"type": "string", "description": "From X-Deja-Entry"},
+                        "request_id": {
+                            "type": "string",
+                            "description": "From X-Request-Id (this replica's recent requests)",
+                        },
+                        "signal": {
+                            "oneOf": [
+                                {"enum": ["useful", "irrelevant"]},
+                                {"type": "number", "minimum": -0.8, "maximum": 1.2},
+                            ]
+                        },
+                    },
+                },
+                "FeedbackResult": {
+                    "type": "object",
+                    "properties": {
+                        "entry_id": {"type": "string"},
+                        "evicted": {"type": "boolean"},
+                        "feedback": {"type": "array", "items": {"type": "number"}},
+                        "feedback_sum": {"type": "number"},
+                        "ttl_s": {"type": "number"},
+                        "threshold": {"type": "number"},
+                    },
+                },
+                "Invalidation": {
+                    "type": "object",
+                    "properties": {
+                        "tenant_key": {
+                            "type": "string",
+                            "description": "An API key; its tenant is invalidated",
+                        },
+                        "tenant": {
+                            "type": "string",
+                            "description": "A tenant id (the keyed hash, as in the access log)",
+                        },
+                        "namespace": {"type": "string"},
+                        "model": {"type": "string"},
+                        "all": {"type": "boolean"},
+                    },
+                },
+                "WarmUpLine": {
+                    "type": "object",
+                    "required": ["request", "response"],
+                    "properties": {
+                        "request": {
+                            "type": "object",
+                            "description": "A full /v1/chat/completions or /v1/completions body",
+                        },
+                        "response": {
+                            "type": "object",
+                            "description": "A completion (finish_reason stop or tool_calls)",
+                        },
+                        "namespace": {"type": "string"},
+                        "api_key": {
+                            "type": "string",
+                            "description": "Whose tenant the entry belongs to (default: anonymous)",
+                        },
+                    },
+                },
+            },
+        },
+    }

@@ -1,0 +1,90 @@
+"""Warm-up: storing known request/answer pairs before traffic asks for them.
+
+Each JSONL line is `{"request": <full request body>, "response": <completion>,
+"namespace"?: str, "api_key"?: str}`. The request is validated and keyed exactly as live
+traffic would be (tenant from `api_key`, else anonymous), the answer must be a clean completion
+(every choice finished with stop or tool_calls), and the entry is stored through every tier and
+indexed for semantic search, so later paraphrases hit too.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import DejaError, InvalidRequest
+from normalize.features import FeatureSource
+from normalize.fingerprint import TenantHasher, fingerprint
+from normalize.request import Route
+from normalize.screen import PromptScreen
+from proxy.directives import parse_directives
+from proxy.entry_builder import EntryBuilder
+from proxy.request_body import validate
+from proxy.sse import CLEAN_FINISH
+from tiers.service import CacheService
+
+
+@dataclass(frozen=True, slots=True)
+class WarmUpResult:
+    line: int
+    entry_id: str | None = None
+    error: str | None = None
+
+
+class WarmUp:
+    def __init__(
+        self,
+        service: CacheService,
+        entries: EntryBuilder,
+        hasher: TenantHasher,
+        features: FeatureSource,
+        screen: PromptScreen,
+        max_messages: int,
+    ) -> None:
+        self._service = service
+        self._entries = entries
+        self._hasher = hasher
+        self._features = features
+        self._screen = screen
+        self._max_messages = max_messages
+
+    async def store(self, number: int, item: Any) -> WarmUpResult:
+        try:
+            entry_id = await self._store(item)
+        except DejaError as exc:
+            return WarmUpResult(number, error=exc.message)
+        return WarmUpResult(number, entry_id=entry_id)
+
+    async def _store(self, item: Any) -> str:
+        if not isinstance(item, dict):
+            raise InvalidRequest("each line must be a JSON object with 'request' and 'response'")
+        request, response = item.get("request"), item.get("response")
+        if not isinstance(request, dict) or not isinstance(response, dict):
+            raise InvalidRequest("'request' and 'response' must both be JSON objects")
+        route = Route.CHAT if "messages" in request else Route.COMPLETIONS
+        validate(route, request, self._max_messages)
+        namespace = parse_directives(
+            {"X-Deja-Namespace": str(item.get("namespace") or "")}
+        ).namespace
+        api_key = item.get("api_key")
+        if api_key is not None and not isinstance(api_key, str):
+            raise InvalidRequest("'api_key' must be a string")
+        creq = fingerprint(route, request, self._hasher.tenant_of(api_key), namespace)
+        if self._screen.suspicious(request):
+            raise InvalidRequest("the prompt matches an injection pattern; it is never stored")
+        choices = response.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise InvalidRequest("'response' must be a completion with choices")
+        reasons = [c.get("finish_reason") if isinstance(c, dict) else None for c in choices]
+        if not all(r in CLEAN_FINISH for r in reasons):
+            raise InvalidRequest(f"only finished answers are stored (finish_reason {reasons})")
+        features = self._features.for_request(creq, loose_matching=True)
+        entry_id = f"{creq.tag}-{secrets.token_hex(8)}"
+        entry = await self._entries.build(
+            entry_id, creq, response, features, None, strip_logprobs=False
+        )
+        if entry is None:
+            raise InvalidRequest("the answer is larger than cache.max_entry_bytes")
+        await self._service.store(entry)
+        return entry_id
