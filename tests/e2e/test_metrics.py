@@ -1,0 +1,46 @@
+"""/metrics exports what the shipped Grafana dashboard plots, and /readyz reports state."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import aiohttp
+
+from tests.conftest import ProxyFactory
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
+
+
+async def test_every_metric_the_dashboard_plots_is_exported(proxy_factory: ProxyFactory) -> None:
+    proxy = await proxy_factory()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    async with aiohttp.ClientSession() as s:
+        for _ in range(2):
+            async with s.post(proxy.url("/v1/chat/completions"), json=body) as r:
+                await r.read()
+        async with s.get(proxy.url("/metrics")) as r:
+            assert r.status == 200
+            text = await r.text()
+    exported = set(re.findall(r"^(deja_[a-z0-9_]+)", text, re.MULTILINE))
+    plotted = set()
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel["targets"]:
+            plotted |= set(re.findall(r"\b(deja_[a-z0-9_]+)", target["expr"]))
+    # Series that exist only once something happened (a Redis, a degraded answer...).
+    conditional = {"deja_redis_up", "deja_degraded_total", "deja_guard_rejections_total"}
+    assert plotted - conditional <= exported, sorted(plotted - exported)
+    assert 'deja_cache_hits_total{match="exact",tier="lru_k"} 1.0' in text
+    assert 'deja_requests_total{cache="miss",route="chat",status="200"} 1.0' in text
+
+
+async def test_readyz_reports_breaker_and_redis(proxy_factory: ProxyFactory) -> None:
+    proxy = await proxy_factory()
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proxy.url("/readyz")) as r:
+            report = await r.json()
+    assert r.status == 200
+    assert report["status"] == "ready"
+    assert report["breaker"]["state"] == "closed"
+    assert report["redis"] == {"configured": False, "available": False}
