@@ -1,0 +1,179 @@
+"""The semantic tier end to end: real spaCy, MiniLM, FAISS and Redis, through real proxies.
+
+Paraphrases hit; questions that differ in negation, numbers, entities or roles never do; the
+same question in another context (history, system prompt, model, tenant) never does; prompts
+the English pipeline cannot read match exactly only; entries expire; a replica that starts
+rebuilds its index from Redis, and replicas see each other's entries through the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.processes import ServerProcess, proxy
+from tests.support.redis_server import RedisServer, free_port
+
+pytestmark = [pytest.mark.models, pytest.mark.redis]
+
+
+class Stack:
+    def __init__(self, redis: RedisServer, stub: ServerProcess, a: ServerProcess) -> None:
+        self.redis, self.stub, self.a = redis, stub, a
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    redis = RedisServer()
+    redis.start()
+    port = free_port()
+    stub = ServerProcess("stub", [sys.executable, "bench/stub_server.py", str(port)], port)
+    a: ServerProcess | None = None
+    try:
+        stub.wait_ready("/v1/models", timeout_s=30)
+        a = proxy(f"{stub.url}/v1", redis.url, env={"DEJA_SEMANTIC__ENABLED": "true"})
+        a.wait_ready(timeout_s=300)
+        yield Stack(redis, stub, a)
+    finally:
+        if a is not None:
+            a.stop()
+        stub.stop()
+        redis.close()
+
+
+def ask(
+    server: ServerProcess,
+    question: str,
+    *,
+    history: list[dict[str, Any]] | None = None,
+    model: str = "m",
+    key: str = "sk-tenant-1",
+    headers: dict[str, str] | None = None,
+) -> tuple[dict[str, str], str]:
+    body = {"model": model, "messages": [*(history or []), {"role": "user", "content": question}]}
+    request = urllib.request.Request(
+        f"{server.url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {key}",
+            **(headers or {}),
+        },
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        payload = json.loads(response.read())
+        return dict(response.headers), payload["choices"][0]["message"]["content"]
+
+
+def first_then(
+    server: ServerProcess, first: str, second: str, **kwargs: Any
+) -> tuple[dict[str, str], str]:
+    headers, _ = ask(server, first, **kwargs)
+    assert headers["X-Deja-Cache"] == "miss", f"{first!r} was not new"
+    return ask(server, second, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        ("How do I reset my password?", "How can I reset my password?"),
+        ("Who wrote Pride and Prejudice?", "Who is the author of Pride and Prejudice?"),
+        (
+            "What is the boiling point of water at sea level?",
+            "At sea level, what's the boiling point of water?",
+        ),
+    ],
+)
+def test_paraphrases_hit(stack: Stack, first: str, second: str) -> None:
+    headers, answer = first_then(stack.a, first, second)
+    assert headers["X-Deja-Cache"] == "hit", headers
+    assert headers["X-Deja-Match"] in ("semantic", "lemma")
+    assert answer == f"Answer to: {first}"
+    if headers["X-Deja-Match"] == "semantic":
+        assert headers["X-Deja-Tier"] == "semantic"
+        assert 0 < float(headers["X-Deja-Similarity"]) <= 1
+
+
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        (
+            "Is it safe to take ibuprofen with alcohol?",
+            "Is it not safe to take ibuprofen with alcohol?",
+        ),
+        ("Convert 100 USD to EUR", "Convert 100 EUR to USD"),
+        ("Convert 100 USD to EUR", "Convert 250 USD to EUR"),
+        ("Did Germany beat Brazil in 2014?", "Did Brazil beat Germany in 2014?"),
+        ("What is the population of France?", "What is the population of Spain?"),
+        (
+            "How do I enable two-factor authentication?",
+            "How do I disable two-factor authentication?",
+        ),
+    ],
+)
+def test_different_questions_never_hit(stack: Stack, first: str, second: str) -> None:
+    # A tenant of its own per case, so each pair starts from an empty cache.
+    headers, answer = first_then(stack.a, first, second, key=f"sk-never-{first}-{second}")
+    assert headers["X-Deja-Cache"] == "miss", (first, second, headers)
+    assert answer == f"Answer to: {second}"
+
+
+def test_chinese_prompts_match_exactly_only(stack: Stack) -> None:
+    headers, _ = first_then(stack.a, "把美元换成欧元", "把欧元换成美元", key="sk-zh")
+    assert headers["X-Deja-Cache"] == "miss"
+    headers, _ = ask(stack.a, "把美元换成欧元", key="sk-zh")
+    assert headers["X-Deja-Cache"] == "hit" and headers["X-Deja-Match"] == "exact"
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"history": [{"role": "system", "content": "Answer in French."}]},
+        {
+            "history": [
+                {"role": "user", "content": "I use Linux."},
+                {"role": "assistant", "content": "OK."},
+            ]
+        },
+        {"model": "another-model"},
+        {"key": "sk-another-tenant"},
+    ],
+)
+def test_the_same_question_in_another_context_never_hits(
+    stack: Stack, variant: dict[str, Any]
+) -> None:
+    question = "How do I clear my browser cache?"
+    ask(stack.a, question, key="sk-context")
+    kwargs: dict[str, Any] = {"key": "sk-context", **variant}
+    headers, _ = ask(stack.a, "How can I clear my browser cache?", **kwargs)
+    assert headers["X-Deja-Cache"] == "miss", variant
+
+
+def test_expired_entries_do_not_hit(stack: Stack) -> None:
+    ask(stack.a, "What time zone is Tokyo in?", key="sk-ttl", headers={"X-Deja-Store-TTL": "1"})
+    time.sleep(1.3)
+    headers, _ = ask(stack.a, "Which time zone is Tokyo in?", key="sk-ttl")
+    assert headers["X-Deja-Cache"] == "miss"
+
+
+def test_a_new_replica_rebuilds_from_redis_and_follows_the_stream(stack: Stack) -> None:
+    ask(stack.a, "How do I change my shipping address?", key="sk-replica")
+    b = proxy(f"{stack.stub.url}/v1", stack.redis.url, env={"DEJA_SEMANTIC__ENABLED": "true"})
+    try:
+        b.wait_ready(timeout_s=300)
+        headers, answer = ask(b, "How can I change my shipping address?", key="sk-replica")
+        assert headers["X-Deja-Cache"] == "hit" and headers["X-Deja-Match"] in ("semantic", "lemma")
+        assert answer == "Answer to: How do I change my shipping address?"
+        # Stored through A while B runs: B sees it through the stream within a second.
+        ask(stack.a, "How do I cancel my subscription?", key="sk-replica")
+        time.sleep(1.0)
+        headers, _ = ask(b, "How can I cancel my subscription?", key="sk-replica")
+        assert headers["X-Deja-Cache"] == "hit" and headers["X-Deja-Tier"] in ("semantic", "redis")
+    finally:
+        b.stop()
