@@ -77,7 +77,7 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
     hasher = TenantHasher(config.cache.tenant_secret, config.cache.share_across_tenants)
     screen = PromptScreen(config.guardrails.injection_patterns)
     reader = RequestReader(config, auth, hasher, screen, features)
-    embedder = deja.features.embedder if deja.features is not None else None
+    embedder = deja.features
     deja.verifier = Verifier(config.verify, gate, deja.service, deja.thresholds, embedder)
     handler = CompletionHandler(
         config=config,
@@ -198,7 +198,7 @@ async def _warm_up(deja: Deja) -> None:
     try:
         if deja.features is not None and deja.semantic is not None:
             await deja.features.start()
-            deja.semantic.set_dimension(deja.features.embedder.dim)
+            deja.semantic.set_dimension(deja.features.dim)
         if deja.replication is not None:
             try:
                 await deja.replication.bootstrap()

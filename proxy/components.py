@@ -80,8 +80,12 @@ class Deja:
             g["semantic_partitions"] = self.semantic.partitions()
             g["semantic_evictions"] = self.semantic.evictions
         if self.features is not None and self.features.ready:
-            g["embedding_batches"] = self.features.embedder.batches
-            g["embedded_texts"] = self.features.embedder.texts
+            for worker, name in zip(
+                self.features.process.workers, ("analysis", "embedding"), strict=True
+            ):
+                g[f"{name}_batches"] = worker.batches
+                g[f"{name}_texts"] = worker.texts
+                g[f"{name}_worker_restarts"] = worker.restarts
         if self.replication is not None:
             g["replication_events_applied"] = self.replication.applied
         estimate = self.thresholds.estimator.estimate()
