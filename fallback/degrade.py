@@ -20,7 +20,7 @@ from core.config import DegradeConfig
 from core.errors import BreakerOpen, DejaError, UpstreamError
 from normalize.request import CacheRequest, Route
 from tiers.base import Lookup
-from tiers.features import PromptFeatures
+from normalize.features import PromptFeatures
 from tiers.service import CacheService
 
 

@@ -1,0 +1,93 @@
+"""MeaningGuard on real analyses: each guard alone, its switch, and what it must not block."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from core.config import SemanticConfig
+from normalize.guards import MeaningGuard
+from normalize.lemmas import LemmaAnalyzer
+
+
+def _verdict(analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str) -> tuple[bool, str]:
+    verdict = guard.compare(analyzer.analyze(a), analyzer.analyze(b))
+    return verdict.agree, verdict.reason
+
+
+# (switch, the reason it gives, a pair only that guard stops)
+SWITCHED: list[tuple[str, str, str, str]] = [
+    (
+        "guard_negation",
+        "negation",
+        "Is it safe to eat raw chicken?",
+        "Is it not safe to eat raw chicken?",
+    ),
+    ("guard_numbers", "number", "Convert 100 USD to EUR", "Convert 200 USD to EUR"),
+    (
+        "guard_entities",
+        "entity",
+        "What is the capital of France?",
+        "What is the capital of Germany?",
+    ),
+    ("guard_roles", "role", "Did Germany beat Brazil?", "Did Brazil beat Germany?"),
+    ("guard_antonyms", "antonym", "How do I enable dark mode?", "How do I disable dark mode?"),
+    ("guard_question", "question", "When was Google founded?", "Where was Google founded?"),
+]
+
+
+@pytest.mark.parametrize(("switch", "reason_name", "a", "b"), SWITCHED)
+def test_each_guard_stops_its_case_and_can_be_switched_off(
+    analyzer: LemmaAnalyzer, config: SemanticConfig, switch: str, reason_name: str, a: str, b: str
+) -> None:
+    on = MeaningGuard(config)
+    off = MeaningGuard(replace(config, **{switch: False}))
+    agree, reason = _verdict(analyzer, on, a, b)
+    assert not agree
+    assert reason.startswith(reason_name), reason
+    assert _verdict(analyzer, off, a, b) == (True, "")
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # Reworded content around a negation is judged by the cosine, not the negation guard.
+        ("I've been charged an extra fee and I don't know why", "Why was I charged an extra fee?"),
+        # A prefixed antonym plus a "not" is the same polarity.
+        ("Is it unsafe to swim here?", "Is it not safe to swim here?"),
+        # Coordination is symmetric.
+        (
+            "What is the difference between TCP and UDP?",
+            "What is the difference between UDP and TCP?",
+        ),
+        # Units spelled differently.
+        ("How far is 10 km?", "How far is 10 kilometres?"),
+        # "what" asks for anything; the kinds only conflict when both are specific.
+        ("What is the population of Tokyo?", "How many people live in Tokyo?"),
+        # Names are checked by their words, whatever the tagger thinks of them.
+        ("how do i learn python", "How do I learn Python?"),
+        # Passive and active voice.
+        ("Who was Hamlet written by?", "Who wrote Hamlet?"),
+        # A word reworded into another role of another head is not a swap.
+        ("Who wrote Hamlet?", "Who is the author of Hamlet?"),
+    ],
+)
+def test_guards_are_not_blunt(analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str) -> None:
+    assert _verdict(analyzer, guard, a, b) == (True, "")
+    assert _verdict(analyzer, guard, b, a) == (True, "")
+
+
+def test_unreadable_text_never_agrees(analyzer: LemmaAnalyzer, guard: MeaningGuard) -> None:
+    agree, reason = _verdict(analyzer, guard, "这个药安全吗？", "这个药安全吗？")
+    assert not agree and reason.startswith("language")
+
+
+def test_negation_scope_must_match(analyzer: LemmaAnalyzer, guard: MeaningGuard) -> None:
+    agree, reason = _verdict(
+        analyzer,
+        guard,
+        "I want the red card but not the blue one",
+        "I want the blue card but not the red one",
+    )
+    assert not agree, reason

@@ -1,0 +1,56 @@
+"""The language gate (no model needed; it lives with the tests of the meaning pipeline)."""
+
+from __future__ import annotations
+
+import pytest
+
+from normalize.language import LanguageGate
+
+GATE = LanguageGate(("en",))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Who wrote Hamlet?",
+        "How do I reset my password?",
+        "What is 2 + 2?",
+        "12345",
+        "",
+        "What's a café au lait?",
+        "How far is Las Vegas from Los Angeles?",
+        "What does 你好 mean in English?",
+        "ＷＨＯ wrote Hamlet?",  # full-width Latin letters
+    ],
+)
+def test_english_is_supported(text: str) -> None:
+    assert GATE.supports(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "把美元换成欧元",
+        "这个药不安全吗？",
+        "この薬は安全ですか？",
+        "이 약은 안전한가요?",
+        "Это лекарство безопасно?",
+        "هل هذا الدواء آمن؟",
+        "Est-ce que ce médicament est sûr ?",
+        "¿Es seguro comer pollo crudo?",
+        "Ist das Medikament nicht sicher?",
+        "Questo farmaco non è sicuro?",
+        "Is dit medicijn niet veilig voor mij en mijn kinderen?",
+    ],
+)
+def test_other_languages_are_not(text: str) -> None:
+    assert not GATE.supports(text)
+
+
+def test_no_language_configured_supports_nothing() -> None:
+    assert not LanguageGate(()).supports("Who wrote Hamlet?")
+
+
+def test_unknown_language_is_a_configuration_error() -> None:
+    with pytest.raises(AssertionError, match="no meaning pipeline"):
+        LanguageGate(("en", "zh"))
