@@ -20,19 +20,24 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function
 
 async def read_json_body(request: web.Request, max_bytes: int) -> dict[str, Any]:
     """The request's JSON object; 413 past `max_bytes`, 400 for anything but a JSON object."""
+    return parse_json_object(await read_body(request, max_bytes))
+
+
+async def read_body(request: web.Request, max_bytes: int) -> bytes:
+    """The request's body bytes; 413 past `max_bytes`."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise BodyTooLarge(
             f"request body is {request.content_length} bytes; the limit is {max_bytes}"
         )
     if request.content_length is not None:
         # Declared and within the limit: one read (the common case, and the fast one).
-        return parse_json_object(await request.read())
+        return await request.read()
     raw = bytearray()
     async for chunk in request.content.iter_chunked(64 * 1024):
         raw += chunk
         if len(raw) > max_bytes:
             raise BodyTooLarge(f"request body exceeds the limit of {max_bytes} bytes")
-    return parse_json_object(bytes(raw))
+    return bytes(raw)
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:

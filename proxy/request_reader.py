@@ -20,8 +20,13 @@ from normalize.fingerprint import TenantHasher, fingerprint
 from normalize.request import CacheRequest, Route
 from normalize.screen import PromptScreen
 from proxy.auth import ClientAuth
-from proxy.directives import CacheDirectives, parse_directives
-from proxy.request_body import read_json_body, validate
+from proxy.directives import (
+    NAMESPACE_HEADER,
+    STORE_TTL_HEADER,
+    CacheDirectives,
+    parse_directives,
+)
+from proxy.request_body import parse_json_object, read_body, validate
 from proxy.upstream import UpstreamRequest, forward_headers
 
 UPSTREAM_PATHS = {Route.CHAT: "chat/completions", Route.COMPLETIONS: "completions"}
@@ -51,6 +56,18 @@ class ReadRequest:
         return UpstreamRequest("POST", path, tuple(headers), orjson.dumps(payload))
 
 
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    body: dict[str, Any]
+    directives: CacheDirectives
+    cache: CacheRequest
+    suspicious: bool
+
+
+_MEMO_ENTRIES = 1024
+_MEMO_MAX_BODY_BYTES = 8 * 1024
+
+
 class RequestReader:
     def __init__(
         self,
@@ -65,16 +82,47 @@ class RequestReader:
         self._hasher = hasher
         self._screen = screen
         self._features = features
+        self._recent: dict[tuple[object, ...], _Parsed] = {}
 
     async def read(self, request: web.Request, route: Route) -> ReadRequest:
-        api_key = self._auth.client_key(request.headers)
-        body = await read_json_body(request, self._config.server.max_body_bytes)
+        headers = request.headers
+        api_key = self._auth.client_key(headers)
+        raw = await read_body(request, self._config.server.max_body_bytes)
+        # Everything derived below depends on these and nothing else.
+        memo_key = (
+            route,
+            raw,
+            api_key,
+            headers.get("Cache-Control"),
+            headers.get(NAMESPACE_HEADER),
+            headers.get(STORE_TTL_HEADER),
+        )
+        parsed = self._recent.get(memo_key)
+        if parsed is None:
+            parsed = self._parse(route, raw, api_key, headers)
+            self._remember(memo_key, parsed, len(raw))
+        creq = parsed.cache
+        features = self._features.for_request(creq, loose_matching=not parsed.suspicious)
+        return ReadRequest(
+            parsed.body, parsed.directives, creq, features, parsed.suspicious, headers, self._auth
+        )
+
+    def _parse(
+        self, route: Route, raw: bytes, api_key: str | None, headers: Mapping[str, str]
+    ) -> _Parsed:
+        body = parse_json_object(raw)
         validate(route, body, self._config.server.max_messages)
-        directives = parse_directives(request.headers)
+        directives = parse_directives(headers)
         tenant = self._hasher.tenant_of(api_key)
         creq = fingerprint(route, body, tenant, directives.namespace)
-        suspicious = self._screen.suspicious(body)
-        features = self._features.for_request(creq, loose_matching=not suspicious)
-        return ReadRequest(
-            body, directives, creq, features, suspicious, request.headers, self._auth
-        )
+        return _Parsed(body, directives, creq, self._screen.suspicious(body))
+
+    def _remember(self, key: tuple[object, ...], parsed: _Parsed, size: int) -> None:
+        # Repeated identical requests are what a cache serves most; parsing, validating and
+        # hashing them again is a large share of a hit's cost. The memo is small and bounded,
+        # and only small bodies go in. (Bodies are read-only from here on: never mutated.)
+        if size > _MEMO_MAX_BODY_BYTES:
+            return
+        if len(self._recent) >= _MEMO_ENTRIES:
+            self._recent.clear()
+        self._recent[key] = parsed
