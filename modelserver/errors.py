@@ -1,47 +1,46 @@
-"""The model server's one error tree.
+"""The model server's errors: branches of Deja's one error tree (`core.errors`).
 
-The model server is its own process (one per GPU) and must not depend on the proxy's packages, so
-it keeps its own small tree instead of importing `core.errors`; the statuses, OpenAI `type`s and
-codes are the same ones DESIGN.md's table lists. `server.py` is the one choke point that turns any
-`ModelServerError` into `{"error": {"message", "type", "code"}}`; anything else escaping a
-handler is a bug and becomes a 500 `server_error`.
+`core` is the dependency-free bottom layer both processes share; the model server imports
+nothing else of the proxy's. `server.py` is the one choke point that turns any `DejaError` into
+`{"error": {"message", "type", "code"}}`; anything else escaping a handler is a bug and becomes a
+500 `server_error`.
 """
 
 from __future__ import annotations
 
+from core.errors import (
+    BodyTooLarge,
+    ConfigError,
+    DejaError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    RateLimited,
+)
 
-class ModelServerError(Exception):
-    """Root of every error the model server raises on purpose."""
+# The model server's root is the tree's root; the name says where an error comes from.
+ModelServerError = DejaError
 
-    status: int = 500
-    error_type: str = "server_error"
-    code: str | None = None
+__all__ = [
+    "BodyTooLarge",
+    "ConfigError",
+    "ContextLengthExceeded",
+    "EngineUnavailable",
+    "InvalidRequest",
+    "MethodNotAllowed",
+    "ModelLoadError",
+    "ModelNotFound",
+    "ModelServerError",
+    "NotFound",
+    "Overloaded",
+    "UnsupportedParameter",
+]
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
 
-
-class ConfigError(ModelServerError):
-    """The configuration is invalid; raised at start-up, never while serving."""
-
-    code = "invalid_config"
-
-
-class ModelLoadError(ModelServerError):
+class ModelLoadError(DejaError):
     """The weights or tokenizer could not be loaded; raised at start-up, never while serving."""
 
     code = "model_load_failed"
-
-
-class InvalidRequest(ModelServerError):
-    """400: bad JSON, wrong or missing fields, a prompt that does not fit the context."""
-
-    status = 400
-    error_type = "invalid_request_error"
-    code = "invalid_request"
 
 
 class UnsupportedParameter(InvalidRequest):
@@ -54,38 +53,17 @@ class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 
 
-class NotFound(InvalidRequest):
-    status = 404
-    code = "not_found"
-
-
 class ModelNotFound(NotFound):
     code = "model_not_found"
 
 
-class MethodNotAllowed(InvalidRequest):
-    status = 405
-    code = "method_not_allowed"
-
-
-class BodyTooLarge(InvalidRequest):
-    status = 413
-    code = "request_too_large"
-
-
-class Overloaded(ModelServerError):
+class Overloaded(RateLimited):
     """429: the waiting queue is full; the client should retry after `retry_after_s`."""
 
-    status = 429
-    error_type = "rate_limit_error"
     code = "server_overloaded"
 
-    def __init__(self, message: str, *, retry_after_s: int, code: str | None = None) -> None:
-        super().__init__(message, code=code)
-        self.retry_after_s = retry_after_s
 
-
-class EngineUnavailable(ModelServerError):
+class EngineUnavailable(DejaError):
     """503: the engine thread has stopped (shutdown, or a failed step); nothing can be served."""
 
     status = 503
