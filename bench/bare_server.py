@@ -1,6 +1,6 @@
 """The overhead benchmark's baseline: a bare aiohttp server answering POSTs with fixed bytes.
 
-    python bench/bare_server.py PORT FILE    (FILE holds the response body)
+python bench/bare_server.py PORT FILE    (FILE holds the response body)
 """
 
 from __future__ import annotations

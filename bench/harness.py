@@ -47,7 +47,9 @@ class Process:
         self.log_path = Path(tempfile.mkstemp(prefix=f"deja-bench-{name}-", suffix=".log")[1])
         log = self.log_path.open("wb")
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-        self.proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT
+        )
 
     def wait_http(self, url: str, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -60,7 +62,9 @@ class Process:
                         return
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready at {url} after {timeout_s} s; log: {self.log_path}")
+        raise RuntimeError(
+            f"{self.name} not ready at {url} after {timeout_s} s; log: {self.log_path}"
+        )
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -75,9 +79,13 @@ class Process:
                 self.proc.wait()
 
 
-def post_json(url: str, payload: Any, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+def post_json(
+    url: str, payload: Any, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], Any]:
     request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+        url,
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         return response.status, dict(response.headers), json.loads(response.read())
@@ -103,8 +111,22 @@ def _latency_ms(text: str, percentile: str) -> float:
     return float(match.group(1)) * _UNITS_MS[match.group(2)]
 
 
-def run_wrk(url: str, script: Path, connections: int, duration_s: float, core: int | None) -> WrkResult:
-    argv = pinned(core, ["wrk", "-t1", f"-c{connections}", f"-d{duration_s:g}s", "--latency", "-s", str(script), url])
+def run_wrk(
+    url: str, script: Path, connections: int, duration_s: float, core: int | None
+) -> WrkResult:
+    argv = pinned(
+        core,
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{duration_s:g}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+    )
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
@@ -117,7 +139,10 @@ def run_wrk(url: str, script: Path, connections: int, duration_s: float, core: i
     rps = re.search(r"Requests/sec:\s+([\d.]+)", output)
     total = re.search(r"(\d+) requests in", output)
     errors = 0
-    for pattern in (r"Non-2xx or 3xx responses: (\d+)", r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)"):
+    for pattern in (
+        r"Non-2xx or 3xx responses: (\d+)",
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
+    ):
         found = re.search(pattern, output)
         if found:
             errors += sum(int(g) for g in found.groups())
@@ -132,7 +157,9 @@ def run_wrk(url: str, script: Path, connections: int, duration_s: float, core: i
     )
 
 
-def wrk_post_script(body: bytes, headers: dict[str, str] | None = None, unique_prompt: bool = False) -> Path:
+def wrk_post_script(
+    body: bytes, headers: dict[str, str] | None = None, unique_prompt: bool = False
+) -> Path:
     """A wrk Lua script posting `body`; with `unique_prompt`, every request asks something new
     (the literal __N__ in the body is replaced by a per-connection counter)."""
     lines = ['wrk.method = "POST"', 'wrk.headers["Content-Type"] = "application/json"']
@@ -159,9 +186,14 @@ def wrk_post_script(body: bytes, headers: dict[str, str] | None = None, unique_p
 def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[_fmt(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    out = [f"\n{title}", "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
-           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
+    out = [
+        f"\n{title}",
+        "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    out += [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells
+    ]
     text = "\n".join(out)
     print(text, flush=True)
     return text

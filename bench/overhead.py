@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import (  # noqa: E402
+from bench.harness import (
     PYTHON,
     Process,
     WrkResult,
@@ -36,11 +36,16 @@ from bench.harness import (  # noqa: E402
 )
 
 SERVER_CORE, WRK_CORE = 0, 1
-REQUEST = {"model": "stub-model", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+REQUEST = {
+    "model": "stub-model",
+    "messages": [{"role": "user", "content": "What is the capital of France?"}],
+}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration-s", type=float, default=5.0)
     parser.add_argument("--concurrency", default="1,16,64")
     args = parser.parse_args()
@@ -50,15 +55,46 @@ def main() -> None:
     redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
     procs: list[Process] = []
     try:
-        procs.append(Process("redis", pinned(SERVER_CORE, ["redis-server", "--port", str(ports["redis"]),
-                                                          "--save", "", "--appendonly", "no"])))
-        procs.append(Process("stub", pinned(SERVER_CORE, [PYTHON, "bench/stub_server.py", str(ports["stub"])])))
+        procs.append(
+            Process(
+                "redis",
+                pinned(
+                    SERVER_CORE,
+                    [
+                        "redis-server",
+                        "--port",
+                        str(ports["redis"]),
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ],
+                ),
+            )
+        )
+        procs.append(
+            Process(
+                "stub", pinned(SERVER_CORE, [PYTHON, "bench/stub_server.py", str(ports["stub"])])
+            )
+        )
         upstream = f"http://127.0.0.1:{ports['stub']}/v1"
         common = {"DEJA_SEMANTIC__ENABLED": "false", "DEJA_CACHE__TENANT_SECRET": "bench"}
         for name, extra in (("lru", {}), ("redis_only", {"DEJA_LRU_K__ENABLED": "false"})):
-            argv = [PYTHON, "-m", "proxy.cli", "serve", "--port", str(ports[name]),
-                    "--upstream", upstream, "--redis", redis_url]
-            procs.append(Process(f"proxy-{name}", pinned(SERVER_CORE, argv), env={**common, **extra}))
+            argv = [
+                PYTHON,
+                "-m",
+                "proxy.cli",
+                "serve",
+                "--port",
+                str(ports[name]),
+                "--upstream",
+                upstream,
+                "--redis",
+                redis_url,
+            ]
+            procs.append(
+                Process(f"proxy-{name}", pinned(SERVER_CORE, argv), env={**common, **extra})
+            )
         for proc, port in zip(procs[2:], (ports["lru"], ports["redis_only"]), strict=True):
             proc.wait_http(f"http://127.0.0.1:{port}/readyz")
 
@@ -71,7 +107,12 @@ def main() -> None:
 
         body_file = Path(tempfile.mkstemp(suffix=".json")[1])
         body_file.write_bytes(hit_body)
-        bare = Process("bare", pinned(SERVER_CORE, [PYTHON, "bench/bare_server.py", str(ports["bare"]), str(body_file)]))
+        bare = Process(
+            "bare",
+            pinned(
+                SERVER_CORE, [PYTHON, "bench/bare_server.py", str(ports["bare"]), str(body_file)]
+            ),
+        )
         procs.append(bare)
         bare.wait_http(f"http://127.0.0.1:{ports['bare']}/healthz")
 
@@ -97,7 +138,9 @@ def main() -> None:
 def _raw_post(url: str, payload: Any) -> bytes:
     import urllib.request
 
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.headers["X-Deja-Cache"] == "hit"
         return bytes(response.read())
@@ -109,13 +152,27 @@ def report(results: dict[str, dict[int, WrkResult]], levels: list[int]) -> None:
     for name, by_level in results.items():
         for c in levels:
             r = by_level[c]
-            rows.append([name, c, round(r.requests_per_s), r.p50_ms, r.p99_ms, r.requests_per_s / bare[c].requests_per_s,
-                         r.errors, f"{r.generator_cpu_share:.0%}"])
-    print_table("Proxy overhead (server on core 0, wrk on core 1)",
-                ["scenario", "conns", "req/s", "p50 ms", "p99 ms", "× bare req/s", "errors", "wrk CPU"], rows)
+            rows.append(
+                [
+                    name,
+                    c,
+                    round(r.requests_per_s),
+                    r.p50_ms,
+                    r.p99_ms,
+                    r.requests_per_s / bare[c].requests_per_s,
+                    r.errors,
+                    f"{r.generator_cpu_share:.0%}",
+                ]
+            )
+    print_table(
+        "Proxy overhead (server on core 0, wrk on core 1)",
+        ["scenario", "conns", "req/s", "p50 ms", "p99 ms", "× bare req/s", "errors", "wrk CPU"],
+        rows,
+    )
     lru = results["LRU-K hit"]
     checks = {
-        f"LRU-K hit req/s ≥ 0.5 × bare at {c} conns": lru[c].requests_per_s >= 0.5 * bare[c].requests_per_s
+        f"LRU-K hit req/s ≥ 0.5 × bare at {c} conns": lru[c].requests_per_s
+        >= 0.5 * bare[c].requests_per_s
         for c in levels
     }
     if 1 in levels:

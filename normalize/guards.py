@@ -24,15 +24,21 @@ the author of X?"). It compares what actually differs between the two questions:
     the same kind of role ("the *Jewish* anarchists supported…, a few individualist ones" /
     "…a few *Jewish* ones"); moves inside one noun phrase, to or from an auxiliary, and of
     pronouns are parse noise and do not count;
+  · two aligned words traded their argument roles, whatever their heads are called ("migrated
+    from Scotland to Indiana" / "emigrated from Indiana to Scotland");
   · two words exchanged places: each now sits between the neighbours the other had ("from
-    Paris to London" / "from London to Paris"), except in symmetric coordination ("A and B").
-    This test reads word order only, so it backs up the parse-based ones.
+    Paris to London" / "from London to Paris"), except in symmetric coordination ("A and B");
+  · more phrases of the shared words moved than `semantic.max_moved_phrases` (1), or a moved
+    phrase took a place that the other text fills with words of its own (a swap whose other
+    half was reworded); see `normalize.rearrangement`. A paraphrase moves one constituent, a
+    swap of two fillers needs two moves.
+    The last two tests read word order only, so they back up the parse-based ones.
   Words only one text has are ignored here (a paraphrase may reword them); the cosine judges
   those.
 - question: both texts ask for a specific kind of answer and the kinds differ ("When was X
   founded?" / "Where was X founded?"); "what" and "which" ask for anything and never conflict.
 
-Pure and fast (~0.1 ms for two short questions): it runs for every FAISS candidate.
+Pure and fast (~0.1–0.2 ms for two short questions): it runs for every FAISS candidate.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from dataclasses import dataclass
 from core.config import SemanticConfig
 from normalize.lexicon import ANTONYMS, MIN_PREFIX_BASE_CHARS, NEGATING_PREFIXES, NEGATORS
 from normalize.meaning import Analysis, MeaningSignature, RoleFact
+from normalize.rearrangement import rearranged
 from normalize.roles import head_word, is_argument_role
 
 _SPECIFIC_ASKS_EXCLUDED = frozenset({"thing"})
@@ -71,6 +78,7 @@ class MeaningGuard:
         self._roles = config.guard_roles
         self._antonyms = config.guard_antonyms
         self._question = config.guard_question
+        self._max_moved = config.max_moved_phrases
 
     def compare(self, query: Analysis, cached: Analysis) -> GuardVerdict:
         if not (query.analysable and cached.analysable):
@@ -82,7 +90,7 @@ class MeaningGuard:
             _numbers(q, c) if self._numbers else None,
             _entities(query, cached) if self._entities else None,
             _question(q, c) if self._question else None,
-            _roles(query, cached) if self._roles else None,
+            _roles(query, cached, self._max_moved) if self._roles else None,
         )
         for reason in checks:
             if reason:
@@ -210,7 +218,7 @@ def _present(item: str, words: frozenset[str]) -> bool:
     return item in words or all(part in words for part in item.split())
 
 
-def _roles(query: Analysis, cached: Analysis) -> str | None:
+def _roles(query: Analysis, cached: Analysis, max_moved: int) -> str | None:
     # Aligned words: content words of one text that the other text also has (in any role).
     fq = [f for f in query.signature.roles if _present(f.item, cached.words)]
     fc = [f for f in cached.signature.roles if _present(f.item, query.words)]
@@ -219,7 +227,9 @@ def _roles(query: Analysis, cached: Analysis) -> str | None:
         or _role_changed(fq, fc)
         or _inverted(fq, fc)
         or _moved(fq, fc, query.words, cached.words)
+        or _roles_exchanged(fq, fc)
         or _exchanged(query, cached)
+        or rearranged(query, cached, max_moved)
     )
 
 
@@ -266,6 +276,29 @@ def _inverted(fq: list[RoleFact], fc: list[RoleFact]) -> str | None:
     for head, item in sorted(edges_q):
         if head != item and (item, head) in edges_c:
             return f"role: {head!r}→{item!r} inverted"
+    return None
+
+
+def _headless_roles(facts: list[RoleFact]) -> dict[str, set[str]]:
+    # Heads are left out: a paraphrase often rewords the verb ("migrated" / "emigrated").
+    roles: dict[str, set[str]] = defaultdict(set)
+    for f in facts:
+        if is_argument_role(f.role) and f.kind != "p":
+            copula = head_word(f.head) == "be" and f.role in ("subj", "attr")
+            roles[f.item].add("cop" if copula else f.role)
+    return roles
+
+
+def _roles_exchanged(fq: list[RoleFact], fc: list[RoleFact]) -> str | None:
+    """Two aligned words traded their argument roles, whatever the heads are called."""
+    rq, rc = _headless_roles(fq), _headless_roles(fc)
+    lost = {x: rq[x] - rc[x] for x in rq.keys() & rc.keys()}
+    gained = {x: rc[x] - rq[x] for x in rq.keys() & rc.keys()}
+    items = sorted(x for x in lost if lost[x] and gained[x])
+    for i, x in enumerate(items):
+        for y in items[i + 1 :]:
+            if lost[x] & gained[y] and lost[y] & gained[x]:
+                return f"role: {x!r} and {y!r} exchanged roles"
     return None
 
 

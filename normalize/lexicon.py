@@ -252,6 +252,18 @@ PREPOSITION_CLASS: dict[str, str] = {
     word: name for name, words in _PREPOSITION_CLASSES.items() for word in words
 }
 
+# Prepositions: the anchors a phrase keeps when it moves ("from Paris" moves as one).
+# "vs" and "versus" join symmetric items instead; "out" and "off" are mostly particles.
+PREPOSITIONS = frozenset(
+    {
+        *("from", "to", "into", "onto", "towards", "toward", "until", "till", "in", "at", "on"),
+        *("inside", "within", "among", "about", "regarding", "concerning", "than", "by", "for"),
+        *("with", "through", "via", "of", "over", "under", "between", "after", "before"),
+        *("during", "since", "across", "along", "around", "against", "without", "near"),
+        *("behind", "beyond", "above", "below", "beside", "outside", "upon", "per"),
+    }
+)
+
 # Canonical units: every spelling on the left means the unit on the right.
 _UNIT_SPELLINGS: dict[str, tuple[str, ...]] = {
     "km": ("km", "kms", "kilometer", "kilometre", "klick"),

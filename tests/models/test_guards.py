@@ -9,6 +9,7 @@ import pytest
 from core.config import SemanticConfig
 from normalize.guards import MeaningGuard
 from normalize.lemmas import LemmaAnalyzer
+from normalize.rearrangement import moved_phrases
 
 
 def _verdict(analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str) -> tuple[bool, str]:
@@ -71,6 +72,16 @@ def test_each_guard_stops_its_case_and_can_be_switched_off(
         ("Who was Hamlet written by?", "Who wrote Hamlet?"),
         # A word reworded into another role of another head is not a swap.
         ("Who wrote Hamlet?", "Who is the author of Hamlet?"),
+        # One phrase moved as a whole, with its preposition.
+        (
+            "How do I transfer money from my savings account to my checking account?",
+            "How do I transfer money to my checking account from my savings account?",
+        ),
+        ("Can I pay my rent with a credit card in Germany?", "In Germany, can I pay my rent?"),
+        (
+            "What should I do if my card was stolen while travelling abroad?",
+            "If my card was stolen while travelling abroad, what should I do?",
+        ),
     ],
 )
 def test_guards_are_not_blunt(analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str) -> None:
@@ -91,3 +102,63 @@ def test_negation_scope_must_match(analyzer: LemmaAnalyzer, guard: MeaningGuard)
         "I want the blue card but not the red one",
     )
     assert not agree, reason
+
+
+# (query, cached, the phrases that moved, whether one of them was swapped)
+REARRANGED: list[tuple[str, str, list[str], bool]] = [
+    # One constituent moved with its preposition: a paraphrase.
+    (
+        "How do I transfer money from my savings account to my checking account?",
+        "How do I transfer money to my checking account from my savings account?",
+        ["to checking account"],
+        False,
+    ),
+    (
+        "Can I pay my rent with a credit card in Germany?",
+        "In Germany, can I pay my rent?",
+        ["in germany"],
+        False,
+    ),
+    # Active and passive voice: the moved subject and object keep their roles.
+    ("Shakespeare wrote Hamlet.", "Hamlet was written by Shakespeare.", ["write"], False),
+    # Fillers exchanged: two moves ("through" left its object behind).
+    (
+        "He wanted to go back to England through Scotland.",
+        "He wanted to go back to Scotland through England.",
+        ["through", "scotland"],
+        False,
+    ),
+    (
+        "The museum in the old town is open on weekends and the park near the river is open daily.",
+        "The museum near the river is open on weekends and the park in the old town is open daily.",
+        ["open on weekend park", "near river"],
+        False,
+    ),
+    # A swap whose other half was reworded ("heated" / "modern"): one move, into a taken place.
+    (
+        "The hotel has a heated pool and a small gym on the roof.",
+        "The hotel has a small pool and a modern gym on the roof.",
+        ["small"],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "phrases", "swapped"), REARRANGED)
+def test_moved_phrases(
+    analyzer: LemmaAnalyzer, a: str, b: str, phrases: list[str], swapped: bool
+) -> None:
+    moves = moved_phrases(analyzer.analyze(a), analyzer.analyze(b))
+    assert sorted(m.phrase for m in moves) == sorted(phrases)
+    assert any(m.swapped for m in moves) == swapped
+
+
+def test_one_moved_phrase_is_allowed_by_default(
+    analyzer: LemmaAnalyzer, config: SemanticConfig, guard: MeaningGuard
+) -> None:
+    a = "The museum in the old town is open on weekends and the park near the river is open daily."
+    b = "The museum near the river is open on weekends and the park in the old town is open daily."
+    agree, reason = _verdict(analyzer, guard, a, b)
+    assert not agree and reason.startswith("role: 2 phrases moved"), reason
+    lenient = MeaningGuard(replace(config, max_moved_phrases=2))
+    assert _verdict(analyzer, lenient, a, b) == (True, "")
