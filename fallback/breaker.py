@@ -12,6 +12,7 @@ by exactly one of `record_success`, `record_failure` or `release` (the call was 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
@@ -114,7 +115,8 @@ class CircuitBreaker:
         if cfg.ttfb_p95_limit_s > 0:
             ttfbs = sorted(t for ok, t in self._window if ok)
             if len(ttfbs) >= cfg.min_requests:
-                p95 = ttfbs[min(len(ttfbs) - 1, int(0.95 * len(ttfbs)))]
+                # Nearest rank: of 20 samples the 19th, so one outlier alone does not trip it.
+                p95 = ttfbs[math.ceil(0.95 * len(ttfbs)) - 1]
                 if p95 > cfg.ttfb_p95_limit_s:
                     self._trip()
 
@@ -128,7 +130,7 @@ class CircuitBreaker:
         if self.state is not BreakerState.OPEN:
             return 1
         left = self._config.cooldown_s - (self._clock.monotonic() - self._opened_at)
-        return max(1, int(left + 0.999))
+        return max(1, math.ceil(left))
 
     def snapshot(self) -> BreakerSnapshot:
         failures = sum(1 for ok, _ in self._window if not ok)

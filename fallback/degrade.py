@@ -18,9 +18,10 @@ from typing import Any
 from core.clock import Clock
 from core.config import DegradeConfig
 from core.errors import BreakerOpen, DejaError, UpstreamError
+from fallback.breaker import Breaker
+from normalize.features import PromptFeatures
 from normalize.request import CacheRequest, Route
 from tiers.base import Lookup
-from normalize.features import PromptFeatures
 from tiers.service import CacheService
 
 
@@ -40,12 +41,12 @@ class DegradedAnswer:
 
 class Degrader:
     def __init__(
-        self, config: DegradeConfig, service: CacheService, clock: Clock, retry_after_s: int = 5
+        self, config: DegradeConfig, service: CacheService, clock: Clock, breaker: Breaker
     ):
         self._config = config
         self._service = service
         self._clock = clock
-        self._retry_after_s = retry_after_s
+        self._breaker = breaker
 
     async def answer(
         self,
@@ -73,15 +74,16 @@ class Degrader:
             return DegradedAnswer(DegradeKind.FALLBACK, self._fallback(request))
         return None
 
-    def unavailable(self, error: DejaError, retry_after_s: int | None = None) -> DejaError:
-        """The error to send when nothing can be served."""
+    def unavailable(self, error: DejaError) -> DejaError:
+        """The error to send when nothing can be served. Retry-After is the breaker's remaining
+        cool-down when it is open, else a second."""
         if not self._config.unavailable_503 or isinstance(error, BreakerOpen):
             return error
         if not isinstance(error, UpstreamError):
             return error
         return BreakerOpen(
             f"the upstream is unavailable ({error.message}) and nothing cached can answer",
-            retry_after_s=retry_after_s or self._retry_after_s,
+            retry_after_s=self._breaker.retry_after_s(),
             code="upstream_unavailable",
         )
 

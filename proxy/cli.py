@@ -113,7 +113,11 @@ def _serve(config: DejaConfig, log_level: str) -> int:
         app,
         host=config.server.host,
         port=config.server.port,
-        shutdown_timeout=config.server.shutdown_grace_s,
+        # On SIGTERM aiohttp closes the listening socket, waits up to `shutdown_timeout` for the
+        # requests in progress, then cancels them and waits up to `shutdown_timeout` again (a
+        # stream being written runs on through that second wait): half the grace for each
+        # keeps an in-flight stream's end within `server.shutdown_grace_s`.
+        shutdown_timeout=config.server.shutdown_grace_s / 2,
         handler_cancellation=True,
         access_log=None,
         print=lambda *a: logging.getLogger("deja").info(

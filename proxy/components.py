@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.clock import Clock
 from core.config import DejaConfig, SemanticConfig, VerifyConfig
 from fallback.breaker import Breaker
-from normalize.semantic_features import SemanticFeatureSource
 from proxy.access_log import AccessLog, NoAccessLog
 from proxy.admission import AdmissionControl
 from proxy.entry_builder import EntryBuilder
@@ -22,11 +21,16 @@ from tiers.lru_k import LruKTier
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
 from tiers.replication import StreamReplication
-from tiers.semantic import SemanticTier
 from tiers.service import CacheService
 from tiers.stats import CacheStats
 from tiers.thresholds import ThresholdController
 from tiers.ttl import TtlPolicy
+
+if TYPE_CHECKING:
+    # Only for annotations: importing these loads spaCy, torch and FAISS, which a proxy
+    # without the semantic tier never needs (create_app imports them when it is on).
+    from normalize.semantic_features import SemanticFeatureSource
+    from tiers.semantic import SemanticTier
 
 
 @dataclass

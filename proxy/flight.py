@@ -3,8 +3,8 @@
 A `Flight` records what its upstream call produced as a list of events (head, chunks or body,
 end or failure). Each waiter follows the list from the start at its own pace, so a caller that
 joins late still gets the whole answer, streamed or not as it asked. The call runs in its own
-task and is cancelled only when its last waiter leaves (a client that disconnects leaves);
-then nothing is stored.
+task and is cancelled only when its last waiter leaves (a client that disconnects leaves)
+before the answer is complete; then nothing is stored.
 
     leader ──▶ Flight.task ──publish──▶ [Head, Chunk, Chunk, …, End]
                                           ▲         ▲
@@ -110,13 +110,20 @@ class Flight:
 
     @contextlib.contextmanager
     def attendance(self) -> Any:
-        """Count a waiter for as long as the block runs; the last one out cancels the call."""
+        """Count a waiter for as long as the block runs; the last one out cancels the call,
+        unless its answer is already complete: then what is left is storing it, which must not
+        be cut short (every waiter's block ends as soon as it has written that answer)."""
         self._waiters += 1
         try:
             yield self
         finally:
             self._waiters -= 1
-            if self._waiters == 0 and self.task is not None and not self.task.done():
+            if (
+                self._waiters == 0
+                and not self._finished
+                and self.task is not None
+                and not self.task.done()
+            ):
                 self.task.cancel()
 
 

@@ -102,7 +102,7 @@ def _validate_messages(messages: Any, max_messages: int) -> None:
         if not isinstance(message, dict):
             raise InvalidRequest(f"'messages[{i}]' must be an object")
         role = message.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:  # a list or object is unhashable
             raise InvalidRequest(f"'messages[{i}].role' must be one of {', '.join(sorted(ROLES))}")
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):

@@ -184,12 +184,18 @@ class FlightWriter:
                 data = self._client_chunk(event)
                 if data is not None:
                     await response.write(encode_event(data))
-            elif isinstance(event, FlightEnd):
+            elif isinstance(event, FlightEnd) and event.completion is not None:
                 await response.write(encode_event(DONE))
-            elif isinstance(event, FlightFailed):
-                # Too late for a status code: say it in the stream, as OpenAI does.
-                self._ctx.error_code = event.error.code
-                await response.write(encode_event(error_payload(event.error).decode()))
+            elif isinstance(event, FlightEnd | FlightFailed):
+                # Too late for a status code: say it in the stream, as OpenAI does. A stream
+                # that ended without [DONE] is not given one: the answer may be cut short.
+                error = (
+                    event.error
+                    if isinstance(event, FlightFailed)
+                    else UpstreamProtocolError("the upstream's stream ended without [DONE]")
+                )
+                self._ctx.error_code = error.code
+                await response.write(encode_event(error_payload(error).decode()))
         await response.write_eof()
         return response
 

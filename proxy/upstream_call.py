@@ -87,12 +87,13 @@ class UpstreamCaller:
             return obj if self._storable(plan, obj, _finish_reasons(obj)) else None
         assembler = CompletionAssembler(plan.request.route)
         parser = SseParser()
+        garbled = False
         async for chunk in response.iter_chunks():
-            self._publish_payloads(flight, assembler, parser.feed(chunk))
-        self._publish_payloads(flight, assembler, parser.flush())
+            garbled |= self._publish_payloads(flight, assembler, parser.feed(chunk))
+        garbled |= self._publish_payloads(flight, assembler, parser.flush())
         completion = assembler.completion() if assembler.saw_done else None
         flight.publish(FlightEnd(completion))
-        if completion is None or assembler.error is not None:
+        if completion is None or assembler.error is not None or garbled:
             self._stats.not_stored["incomplete"] += 1
             return None
         return completion if self._storable(plan, completion, assembler.finish_reasons) else None
@@ -100,7 +101,10 @@ class UpstreamCaller:
     @staticmethod
     def _publish_payloads(
         flight: Flight, assembler: CompletionAssembler, payloads: list[str]
-    ) -> None:
+    ) -> bool:
+        """Publishes the payloads; True when one was not a JSON object. The clients get it as
+        it came, but the assembled answer lacks it, so it must not be stored."""
+        garbled = False
         for payload in payloads:
             if payload.strip() == DONE:
                 assembler.saw_done = True
@@ -108,7 +112,10 @@ class UpstreamCaller:
             obj = _json_object(payload.encode())
             if obj is not None:
                 assembler.feed(obj)
+            else:
+                garbled = True
             flight.publish(FlightChunk(payload, obj))
+        return garbled
 
     def _storable(self, plan: CallPlan, completion: dict[str, Any], reasons: list[Any]) -> bool:
         if not plan.store:

@@ -125,6 +125,11 @@ class StreamReplication:
     async def follow(self) -> None:
         """Apply other replicas' events until cancelled; waits out Redis outages."""
         while True:
+            # redis-py's connect (asyncio.wait_for on Python 3.11) can swallow a cancellation
+            # that lands while it connects; without this check the loop would never end.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             try:
                 if self._last_id is None:
                     await self.bootstrap()

@@ -37,9 +37,8 @@ async def test_every_metric_the_dashboard_plots_is_exported(proxy_factory: Proxy
 
 async def test_readyz_reports_breaker_and_redis(proxy_factory: ProxyFactory) -> None:
     proxy = await proxy_factory()
-    async with aiohttp.ClientSession() as s:
-        async with s.get(proxy.url("/readyz")) as r:
-            report = await r.json()
+    async with aiohttp.ClientSession() as s, s.get(proxy.url("/readyz")) as r:
+        report = await r.json()
     assert r.status == 200
     assert report["status"] == "ready"
     assert report["breaker"]["state"] == "closed"

@@ -12,7 +12,9 @@ from tests.support.processes import ServerProcess, model_server, proxy
 
 pytestmark = pytest.mark.modelserver
 
-QUESTION: list[Any] = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+QUESTION: list[Any] = [
+    {"role": "user", "content": "What is the capital of France? Answer in one word."}
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +55,12 @@ def test_a_real_answer_then_a_hit(deja: ServerProcess) -> None:
 def test_a_streamed_answer(deja: ServerProcess) -> None:
     with client(deja) as c:
         stream = c.chat.completions.create(
-            model="smollm2", messages=[{"role": "user", "content": "Name a color."}], max_tokens=12,
-            temperature=0, stream=True, stream_options={"include_usage": True},
+            model="smollm2",
+            messages=[{"role": "user", "content": "Name a color."}],
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
         )
         chunks = list(stream)
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
@@ -65,11 +71,18 @@ def test_a_streamed_answer(deja: ServerProcess) -> None:
 def test_logprobs_come_back_when_asked(deja: ServerProcess) -> None:
     with client(deja) as c:
         asked = c.chat.completions.create(
-            model="smollm2", messages=[{"role": "user", "content": "Say yes."}], max_tokens=4,
-            temperature=0, logprobs=True, top_logprobs=3,
+            model="smollm2",
+            messages=[{"role": "user", "content": "Say yes."}],
+            max_tokens=4,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=3,
         )
         not_asked = c.chat.completions.create(
-            model="smollm2", messages=[{"role": "user", "content": "Say no."}], max_tokens=4, temperature=0,
+            model="smollm2",
+            messages=[{"role": "user", "content": "Say no."}],
+            max_tokens=4,
+            temperature=0,
         )
     content = asked.choices[0].logprobs.content if asked.choices[0].logprobs else None
     assert content and len(content[0].top_logprobs) == 3

@@ -18,13 +18,18 @@ ROOT = Path(__file__).resolve().parents[2]
 class ServerProcess:
     """A child process serving HTTP on `port`, its output in a log file."""
 
-    def __init__(self, name: str, argv: list[str], port: int, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], port: int, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.port = port
         self.log = Path(tempfile.mkstemp(prefix=f"deja-{name}-", suffix=".log")[1])
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
             )
 
@@ -66,6 +71,18 @@ def model_server(extra: list[str] | None = None) -> ServerProcess:
 
 def proxy(upstream: str, redis_url: str = "", env: dict[str, str] | None = None) -> ServerProcess:
     port = free_port()
-    argv = [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port), "--upstream", upstream,
-            "--redis", redis_url]
-    return ServerProcess("proxy", argv, port, env={"DEJA_CACHE__TENANT_SECRET": "test", **(env or {})})
+    argv = [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--upstream",
+        upstream,
+        "--redis",
+        redis_url,
+    ]
+    return ServerProcess(
+        "proxy", argv, port, env={"DEJA_CACHE__TENANT_SECRET": "test", **(env or {})}
+    )

@@ -43,6 +43,10 @@ class Behaviour:
     # Lower the chosen-token probability to make answers look uncertain (for TTL tests).
     token_probability: float = 0.9
     reject_logprobs: bool = False
+    # A 200 answer with this JSON body instead of a completion (an error body, say).
+    body: dict[str, Any] | None = None
+    # (n, payload): after n streamed chunks, send `data: <payload>` (an error event, garbage).
+    inject_event: tuple[int, str] | None = None
 
 
 @dataclass
@@ -118,6 +122,8 @@ class StubUpstream:
                 await asyncio.sleep(b.delay_s)
             if b.status >= 300:
                 return _error(b.status, f"stub failure {b.status}")
+            if b.body is not None:
+                return web.json_response(b.body)
             wants_logprobs = bool(body.get("logprobs"))
             if wants_logprobs and b.reject_logprobs:
                 return _error(400, "logprobs are not supported by this stub")
@@ -169,7 +175,7 @@ class StubUpstream:
 
     def _token_logprob(self, word: str, body: dict[str, Any]) -> dict[str, Any]:
         p = self.behaviour.token_probability
-        k = int(body.get("top_logprobs") or 0)
+        k = min(20, int(body.get("top_logprobs") or 0))  # OpenAI's own limit
         rest = [(1 - p) / max(1, k - 1)] * max(0, k - 1)
         top = [{"token": word, "logprob": math.log(p), "bytes": list(word.encode())}]
         top += [
@@ -287,6 +293,8 @@ class StubUpstream:
                     }
                 )
         for n, piece in enumerate(chunks):
+            if b.inject_event is not None and n == b.inject_event[0]:
+                await response.write(f"data: {b.inject_event[1]}\n\n".encode())
             if b.drop_after_chunks is not None and n >= b.drop_after_chunks:
                 assert request.transport is not None
                 request.transport.close()
