@@ -58,9 +58,12 @@ class SemanticFeatureSource:
         text = request.prompt_text
         if not loose_matching or text is None or not self._process.ready:
             return NoFeatures()
-        if len(text) > self._config.analysis_max_chars or not self._gate.supports(text):
-            return NoFeatures()
+        # The language check waits until an exact miss asks for it: exact hits never pay.
         return _LazyFeatures(self, request.partition, text)
+
+    def readable(self, text: str) -> bool:
+        """Whether the configured pipeline can analyse `text` (language, length)."""
+        return len(text) <= self._config.analysis_max_chars and self._gate.supports(text)
 
     def prompt_analysis(self, partition: str, analysis: Analysis) -> PromptAnalysis:
         key = lemma_key(partition, analysis.key_material()) if self._config.lemma_key else None
@@ -73,9 +76,12 @@ class _LazyFeatures:
         self._partition = partition
         self._text = text
         self._work: asyncio.Task[tuple[Analysis, np.ndarray] | None] | None = None
+        self._allowed: bool | None = None
 
     def semantic_allowed(self) -> bool:
-        return True
+        if self._allowed is None:
+            self._allowed = self._source.readable(self._text)
+        return self._allowed
 
     async def analysis(self) -> PromptAnalysis | None:
         both = await self._both()
@@ -88,6 +94,8 @@ class _LazyFeatures:
         return None if both is None else both[1]
 
     async def _both(self) -> tuple[Analysis, np.ndarray] | None:
+        if not self.semantic_allowed():
+            return None
         if self._work is None:
             self._work = asyncio.get_running_loop().create_task(self._compute())
         # Shielded: the flight that stores the answer may still need it after this caller left.

@@ -10,7 +10,6 @@ Lines carry no prompt text and no keys: the tenant is its keyed hash.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, TextIO
 
 import orjson
@@ -23,12 +22,14 @@ class AccessLog:
         self._stream = stream
         self._interval_s = flush_interval_s
         self._max_buffered = max_buffered
-        self._lines: list[str] = []
+        self._lines: list[bytes] = []
         self._flush_scheduled = False
 
+    enabled = True
+
     def write(self, record: dict[str, Any]) -> None:
-        record = {"ts": round(time.time(), 3), **{k: v for k, v in record.items() if v is not None}}
-        self._lines.append(orjson.dumps(record).decode())
+        """Queue one record (a flat dict of JSON values; callers leave out absent fields)."""
+        self._lines.append(orjson.dumps(record))
         if len(self._lines) >= self._max_buffered:
             self.flush()
         elif not self._flush_scheduled:
@@ -40,12 +41,14 @@ class AccessLog:
         if not self._lines:
             return
         lines, self._lines = self._lines, []
-        self._stream.write("\n".join(lines) + "\n")
+        self._stream.write(b"\n".join(lines).decode() + "\n")
         self._stream.flush()
 
 
 class NoAccessLog:
     """The access log turned off."""
+
+    enabled = False
 
     def write(self, record: dict[str, Any]) -> None:
         return None

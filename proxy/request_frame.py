@@ -37,6 +37,8 @@ _log = logging.getLogger("deja.proxy")
 
 
 class AccessLogWriter(Protocol):
+    enabled: bool
+
     def write(self, record: dict[str, Any]) -> None: ...
 
 
@@ -102,7 +104,8 @@ class RequestFrame:
                 elapsed = time.monotonic() - ctx.started_s
                 cache = str(ctx.cache) if ctx.cache is not None else "none"
                 self._metrics.observe_request(ctx.route, cache, status, elapsed)
-                self._access_log.write(_access_record(request, ctx, status, elapsed))
+                if self._access_log.enabled:
+                    self._access_log.write(_access_record(request, ctx, status, elapsed))
 
         return framed
 
@@ -144,19 +147,30 @@ def _stamp(response: web.StreamResponse, ctx: RequestContext) -> None:
 def _access_record(
     request: web.Request, ctx: RequestContext, status: int, elapsed_s: float
 ) -> dict[str, Any]:
-    return {
+    # Only the fields that are present: this runs for every request.
+    record: dict[str, Any] = {
+        "ts": round(time.time(), 3),
         "request_id": ctx.request_id,
         "method": request.method,
         "route": ctx.route,
         "status": status,
-        "tenant": ctx.tenant or None,
-        "cache": str(ctx.cache) if ctx.cache is not None else None,
-        "tier": ctx.tier,
-        "match": ctx.match,
-        "degraded": ctx.degraded,
-        "coalesced": ctx.coalesced or None,
-        "entry": ctx.entry_id,
-        "upstream_status": ctx.upstream_status,
-        "error": ctx.error_code,
         "latency_ms": round(elapsed_s * 1000, 2),
     }
+    if ctx.tenant:
+        record["tenant"] = ctx.tenant
+    if ctx.cache is not None:
+        record["cache"] = ctx.cache.value
+        if ctx.tier is not None:
+            record["tier"] = ctx.tier
+            record["match"] = ctx.match
+        if ctx.degraded is not None:
+            record["degraded"] = ctx.degraded
+        if ctx.coalesced:
+            record["coalesced"] = True
+        if ctx.entry_id is not None:
+            record["entry"] = ctx.entry_id
+    if ctx.upstream_status is not None:
+        record["upstream_status"] = ctx.upstream_status
+    if ctx.error_code is not None:
+        record["error"] = ctx.error_code
+    return record

@@ -65,7 +65,10 @@ def error_response(error: DejaError, ctx: RequestContext | None = None) -> web.R
 
 
 def json_response(payload: bytes, ctx: RequestContext, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=payload, content_type=JSON, headers=ctx.cache_headers())
+    headers = ctx.cache_headers()
+    # The header itself rather than content_type=: aiohttp then skips its charset handling.
+    headers["Content-Type"] = JSON
+    return web.Response(status=status, body=payload, headers=headers)
 
 
 async def write_completion(

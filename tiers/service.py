@@ -101,7 +101,8 @@ class CacheService:
             if entry is None or entry.partition != request.partition:
                 continue
             if self._acceptable(entry, now, max_age_s):
-                await self._fill_back(entry, self._tiers[:depth])
+                if depth:
+                    await self._fill_back(entry, self._tiers[:depth])
                 return Lookup(entry, tier.name, match), stale
             if stale is None and not entry.is_gone(now):
                 stale = Lookup(entry, tier.name, match)
