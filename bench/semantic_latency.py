@@ -29,7 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 
-from bench.harness import PYTHON, Process, free_port, print_table, write_json
+from bench.harness import (
+    PYTHON,
+    Process,
+    free_port,
+    print_table,
+    run_wrk,
+    write_json,
+    wrk_post_script,
+)
 from core.clock import SystemClock
 from core.config import SemanticConfig, VerifyConfig
 from normalize.fingerprint import fingerprint
@@ -49,11 +57,6 @@ def load_prompts(n: int, skip: int = 0) -> list[str]:
     seen: set[str] = set()
     unique = [p for p in prompts if not (p in seen or seen.add(p))]
     return unique[skip : skip + n]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def in_process(prompts: list[str], index_prompts: list[str]) -> dict[str, Any]:
@@ -134,6 +137,8 @@ async def in_process(prompts: list[str], index_prompts: list[str]) -> dict[str, 
 
 
 async def through_proxy(prompts: list[str], duration_s: float) -> dict[str, Any]:
+    """Exact-hit latency measured by wrk (its own process, one connection, on core 1 when
+    there is one), first alone, then while this process keeps 32 semantic lookups going."""
     stub_port, proxy_port = free_port(), free_port()
     stub = Process("stub", [PYTHON, "bench/stub_server.py", str(stub_port)])
     proxy = Process(
@@ -151,50 +156,52 @@ async def through_proxy(prompts: list[str], duration_s: float) -> dict[str, Any]
         env={"DEJA_CACHE__TENANT_SECRET": "bench", "DEJA_SERVER__ACCESS_LOG": "false"},
     )
     url = f"http://127.0.0.1:{proxy_port}/v1/chat/completions"
+    exact = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "What is the exchange rate for a card payment?"}],
+    }
+    script = wrk_post_script(json.dumps(exact).encode())
     try:
         proxy.wait_http(f"http://127.0.0.1:{proxy_port}/readyz", timeout_s=300)
         async with aiohttp.ClientSession() as session:
 
-            async def ask(text: str) -> tuple[float, str]:
-                started = time.perf_counter()
-                body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+            async def ask(body: dict[str, Any]) -> str:
                 async with session.post(url, json=body) as response:
                     await response.read()
-                    return time.perf_counter() - started, response.headers.get("X-Deja-Cache", "")
+                    return response.headers.get("X-Deja-Cache", "")
 
-            exact = "What is the exchange rate for a card payment?"
             await ask(exact)
-
-            async def exact_hits(seconds: float) -> list[float]:
-                latencies, deadline = [], time.perf_counter() + seconds
-                while time.perf_counter() < deadline:
-                    latency, outcome = await ask(exact)
-                    assert outcome == "hit", outcome
-                    latencies.append(latency)
-                    await asyncio.sleep(0.005)
-                return latencies
-
-            quiet = await exact_hits(duration_s)
+            assert await ask(exact) == "hit"
+            quiet = await asyncio.to_thread(run_wrk, url, script, 1, duration_s, 1)
             queue = list(prompts)
             stop = asyncio.Event()
+            done = 0
 
             async def semantic_load() -> None:
+                nonlocal done
                 while queue and not stop.is_set():
-                    await ask(queue.pop())
+                    text = queue.pop()
+                    await ask({"model": "m", "messages": [{"role": "user", "content": text}]})
+                    done += 1
 
             loaders = [asyncio.create_task(semantic_load()) for _ in range(32)]
-            await asyncio.sleep(0.5)
-            loaded = await exact_hits(duration_s)
+            await asyncio.sleep(1.0)
+            before = done
+            loaded = await asyncio.to_thread(run_wrk, url, script, 1, duration_s, 1)
+            during = done - before
             stop.set()
             await asyncio.gather(*loaders)
     finally:
         proxy.close()
         stub.close()
     return {
-        "exact_hit_p99_ms_quiet": percentile(quiet, 0.99) * 1000,
-        "exact_hit_p99_ms_loaded": percentile(loaded, 0.99) * 1000,
-        "loaded_over_quiet": percentile(loaded, 0.99) / percentile(quiet, 0.99),
-        "exact_hits_measured": [len(quiet), len(loaded)],
+        "exact_hit_p99_ms_quiet": quiet.p99_ms,
+        "exact_hit_p99_ms_loaded": loaded.p99_ms,
+        "exact_hit_p50_ms_quiet": quiet.p50_ms,
+        "exact_hit_p50_ms_loaded": loaded.p50_ms,
+        "loaded_over_quiet": loaded.p99_ms / quiet.p99_ms,
+        "semantic_lookups_during_loaded_run": during,
+        "exact_hits_quiet_loaded": [quiet.requests, loaded.requests],
     }
 
 

@@ -150,8 +150,11 @@ class SemanticConfig:
     # for company once one is queued.
     batch_max: int = 32
     batch_wait_ms: float = 2.0
-    # torch threads of the embedding worker; batching, not threads, gives throughput.
+    # torch threads of each embedding worker; batching, not threads, gives throughput.
     torch_threads: int = 1
+    # Embedding worker processes: the encoder is bound by arithmetic, so under load a second
+    # process on a second core is what adds throughput (each holds a copy of the model).
+    embedding_workers: int = 2
     # How many nearest neighbours to test against the guards.
     candidates: int = 4
 

@@ -223,6 +223,7 @@ def validate(config: DejaConfig) -> None:
     sem = config.semantic
     check(0.0 < sem.threshold <= 1.0, "semantic.threshold must be in (0, 1]")
     check(sem.batch_max >= 1, "semantic.batch_max must be at least 1")
+    check(sem.embedding_workers >= 1, "semantic.embedding_workers must be at least 1")
     check(sem.candidates >= 1, "semantic.candidates must be at least 1")
     t = config.ttl
     check(t.base_ttl_s > 0, "ttl.base_ttl_s must be positive")
