@@ -30,7 +30,7 @@ from proxy.components import Deja
 from proxy.openapi import admin_openapi
 from proxy.request_body import parse_json_object
 from proxy.request_frame import RequestFrame
-from proxy.warmup import WarmUp
+from proxy.warmup import NotReadyForWarmUp, WarmUp
 from tiers.base import Entry, Invalidation
 from tiers.feedback import FeedbackService
 
@@ -139,6 +139,8 @@ class AdminRoutes:
 
     async def warmup(self, request: web.Request) -> web.StreamResponse:
         self._require_admin(request)
+        if self._deja.features is not None and not self._deja.ready:
+            raise NotReadyForWarmUp("the semantic models are loading; retry when /readyz is 200")
         response = web.StreamResponse(headers={"Content-Type": NDJSON})
         await response.prepare(request)
         stored = failed = number = 0
@@ -278,6 +280,7 @@ class AdminRoutes:
                 "interval_95": [estimate.low, estimate.high],
                 "target": deja.config.verify.target_false_hit_rate,
                 "global_threshold": deja.thresholds.global_threshold,
+                "complaints": deja.thresholds.complaints,
             },
             "breaker": {"state": str(breaker.state), "trips": breaker.trips},
             "redis": {

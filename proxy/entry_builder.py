@@ -78,11 +78,10 @@ class EntryBuilder:
 
     def certainty(self, route: Route, completion: dict[str, Any]) -> AnswerCertainty:
         """Confidence and certainty over every choice's tokens (token-weighted)."""
-        k = self._config.upstream.top_logprobs
         figures = [
-            certainty_from_chat_logprobs(c.get("logprobs"), k)
+            certainty_from_chat_logprobs(c.get("logprobs"))
             if route is Route.CHAT
-            else certainty_from_text_logprobs(c.get("logprobs"), k)
+            else certainty_from_text_logprobs(c.get("logprobs"))
             for c in completion.get("choices", [])
             if isinstance(c, dict)
         ]
@@ -95,6 +94,12 @@ class EntryBuilder:
             certainty=sum(f.certainty * f.tokens for f in measured) / total,
             tokens=total,
         )
+
+
+def asked_logprobs(route: Route, body: dict[str, Any]) -> bool:
+    """Whether a request body asks for logprobs itself (chat: true; legacy: a number)."""
+    value = body.get("logprobs")
+    return bool(value) if route is Route.CHAT else value is not None
 
 
 def without_logprobs(choice: Any) -> Any:

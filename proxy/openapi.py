@@ -21,6 +21,7 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "Invalid input",
         401: "Missing or wrong token",
         404: "No such entry (or not yours)",
+        503: "The semantic models are still loading (retry when /readyz is 200)",
     }
     return {str(code): _response(names[code], _ERROR) for code in codes}
 
@@ -124,14 +125,17 @@ def admin_openapi() -> dict[str, Any]:
                             {"type": "object"},
                             "application/x-ndjson",
                         ),
-                        **_errors(401),
+                        **_errors(401, 503),
                     },
                 }
             },
             "/openapi.json": {
                 "get": {
                     "summary": "This document",
-                    "responses": {"200": _response("OpenAPI 3.1", {"type": "object"})},
+                    "responses": {
+                        "200": _response("OpenAPI 3.1", {"type": "object"}),
+                        **_errors(401),
+                    },
                 }
             },
         },
@@ -163,7 +167,10 @@ def admin_openapi() -> dict[str, Any]:
                         "signal": {
                             "oneOf": [
                                 {"enum": ["useful", "irrelevant"]},
-                                {"type": "number", "minimum": -0.8, "maximum": 1.2},
+                                {
+                                    "type": "number",
+                                    "description": "Clamped to [-0.8, 1.2]",
+                                },
                             ]
                         },
                     },

@@ -118,17 +118,18 @@ class Verifier:
     async def _verify(self, lookup: Lookup, request: UpstreamRequest) -> None:
         try:
             fresh = await self._ask(request)
+            if fresh is None:
+                self.failed += 1
+                return
+            cached = lookup.entry.completion("", 0)
+            # Inside the try: the answer embedding fails too while the feature worker restarts.
+            verdict = await compare_answers(
+                cached, fresh, self._embedder, self._config.answer_agreement
+            )
         except DejaError as exc:
             self.failed += 1
             _log.debug("verification of entry %s skipped: %s", lookup.entry.entry_id, exc)
             return
-        if fresh is None:
-            self.failed += 1
-            return
-        cached = lookup.entry.completion("", 0)
-        verdict = await compare_answers(
-            cached, fresh, self._embedder, self._config.answer_agreement
-        )
         await self.record(lookup, verdict.agreed)
 
     async def record(self, lookup: Lookup, agreed: bool) -> None:

@@ -4,7 +4,8 @@ Each JSONL line is `{"request": <full request body>, "response": <completion>,
 "namespace"?: str, "api_key"?: str}`. The request is validated and keyed exactly as live
 traffic would be (tenant from `api_key`, else anonymous), the answer must be a clean completion
 (every choice finished with stop or tool_calls), and the entry is stored through every tier and
-indexed for semantic search, so later paraphrases hit too.
+indexed for semantic search, so later paraphrases hit too. Logprobs in the answer set its TTL
+and are kept only when the request asked for them.
 """
 
 from __future__ import annotations
@@ -19,10 +20,18 @@ from normalize.fingerprint import TenantHasher, fingerprint
 from normalize.request import Route
 from normalize.screen import PromptScreen
 from proxy.directives import parse_directives
-from proxy.entry_builder import EntryBuilder
+from proxy.entry_builder import EntryBuilder, asked_logprobs
 from proxy.request_body import validate
 from proxy.sse import CLEAN_FINISH
 from tiers.service import CacheService
+
+
+class NotReadyForWarmUp(DejaError):
+    """503: the semantic models are still loading. Entries stored now would get no embedding
+    and could never be found by a paraphrase, so warm-up waits for /readyz."""
+
+    status = 503
+    code = "not_ready"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +90,10 @@ class WarmUp:
             raise InvalidRequest(f"only finished answers are stored (finish_reason {reasons})")
         features = self._features.for_request(creq, loose_matching=True)
         entry_id = f"{creq.tag}-{secrets.token_hex(8)}"
+        # Served to requests like this one: logprobs it did not ask for are not kept, as on a
+        # live miss (they still set the TTL).
         entry = await self._entries.build(
-            entry_id, creq, response, features, None, strip_logprobs=False
+            entry_id, creq, response, features, None, not asked_logprobs(route, request)
         )
         if entry is None:
             raise InvalidRequest("the answer is larger than cache.max_entry_bytes")

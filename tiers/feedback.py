@@ -4,8 +4,9 @@ A signal ("useful" +1.2, "irrelevant" −0.8, or a number clamped to that range)
 entry's last three; the TTL is recomputed from the entry's stored confidence and certainty with
 the new feedback sum, and a sum at or below `ttl.evict_feedback_sum` (two irrelevant signals)
 evicts the entry everywhere. Negative feedback naming a request that was a semantic hit is a
-disagreement: it counts against the false-hit estimate and raises the entry's floor above the
-similarity it was served at.
+disagreement about that entry: it raises the entry's floor above the similarity it was served
+at. It is counted, but it moves neither the global threshold nor the false-hit estimate
+(tiers/thresholds.py says why).
 
 `ServedRequests` remembers, per replica and for a bounded number of recent requests, which
 entry each request id was answered with, so feedback can name the request id it got.
@@ -75,7 +76,7 @@ class FeedbackService:
         threshold = entry.threshold
         if value < 0 and served is not None and served.match is MatchKind.SEMANTIC:
             assert served.similarity is not None, "a semantic hit records its similarity"
-            self._thresholds.record(agreed=False)
+            self._thresholds.record_complaint()
             threshold = self._thresholds.floor_after(threshold, served.similarity, agreed=False)
         if self._ttl.should_evict(feedback):
             await self._service.delete(entry.entry_id)

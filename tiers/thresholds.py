@@ -1,7 +1,8 @@
 """Similarity thresholds that follow evidence, and an honest estimate of the false-hit rate.
 
 Evidence comes from verified semantic hits (a sampled share is also asked upstream and the two
-answers compared) and from negative user feedback on semantic hits. Two things move with it:
+answers compared) and from negative user feedback on semantic hits (complaints, which move only
+the entry's own floor). Two things move with it:
 
 * The global threshold T (starting at `semantic.threshold`). Each disagreement raises it by
   `up`, each agreement lowers it by `down = up · r/(1−r)`, with r a little under the target
@@ -15,6 +16,8 @@ A candidate's effective threshold is max(T, its floor), clamped to [threshold_mi
 threshold_max]. Entries start with no floor of their own (floor = threshold_min).
 
 `FalseHitEstimator` keeps the verified counts and gives the rate with a Wilson 95% interval.
+Only verifications feed it (and the global threshold): they are a uniform random sample of
+semantic hits; complaints are not (nobody reports the hits that were right).
 Everything here is pure: no I/O, no clock.
 """
 
@@ -75,6 +78,7 @@ class ThresholdController:
         self._up = _UP_STEP
         self._down = _UP_STEP * aim / (1 - aim)
         self.estimator = FalseHitEstimator()
+        self.complaints = 0
 
     @property
     def global_threshold(self) -> float:
@@ -88,8 +92,15 @@ class ThresholdController:
     def effective(self, entry_floor: float) -> float:
         return self._clamp(max(self._global, entry_floor))
 
+    def record_complaint(self) -> None:
+        """Negative feedback on a semantic hit. It raises that entry's floor (`floor_after`)
+        but moves neither the global threshold nor the estimate: complaints are no random
+        sample, and any client key may send them, so one tenant could otherwise push the
+        threshold every tenant shares to its maximum with a handful of requests."""
+        self.complaints += 1
+
     def record(self, agreed: bool) -> None:
-        """One verification outcome (or a negative feedback: agreed=False)."""
+        """One verification outcome: the estimate and the global threshold."""
         self.estimator.record(agreed)
         if agreed:
             self._global = self._clamp(self._global - self._down)

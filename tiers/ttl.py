@@ -4,9 +4,11 @@
 
 `confidence` is the mean probability of the chosen tokens; `certainty` is 1 − H/Hmax with H the
 mean per-token entropy of the returned top-k distribution plus one bucket for the remaining
-mass, Hmax = ln(k+1); `feedback` is the sum of the entry's last three signals. Without logprobs
-confidence = certainty = 1, so a neutral entry gets exactly base_ttl_s before jitter. Jitter
-spreads the expiry of entries stored together, so they are not all refetched at once.
+mass, Hmax = ln(k+1) with k the width of the distributions returned (Deja asks for
+`upstream.top_logprobs`; a client asking for logprobs itself may choose another k); `feedback`
+is the sum of the entry's last three signals. Without logprobs confidence = certainty = 1, so a
+neutral entry gets exactly base_ttl_s before jitter. Jitter spreads the expiry of entries stored
+together, so they are not all refetched at once.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class AnswerCertainty:
     tokens: int = 0  # how many tokens the figures were computed over (0: no logprobs)
 
 
-def certainty_from_chat_logprobs(logprobs: Any, k: int) -> AnswerCertainty:
+def certainty_from_chat_logprobs(logprobs: Any) -> AnswerCertainty:
     """From a chat choice's `logprobs` ({"content": [{logprob, top_logprobs: [...]}]})."""
     if not isinstance(logprobs, dict):
         return AnswerCertainty()
@@ -43,27 +45,29 @@ def certainty_from_chat_logprobs(logprobs: Any, k: int) -> AnswerCertainty:
         for t in tokens
         if isinstance(t, dict)
     ]
-    return _certainty(chosen, tops, k)
+    return _certainty(chosen, tops)
 
 
-def certainty_from_text_logprobs(logprobs: Any, k: int) -> AnswerCertainty:
+def certainty_from_text_logprobs(logprobs: Any) -> AnswerCertainty:
     """From a legacy completion choice's `logprobs` (token_logprobs, top_logprobs: [{tok: lp}])."""
     if not isinstance(logprobs, dict):
         return AnswerCertainty()
     chosen = list(logprobs.get("token_logprobs") or [])
     tops = [list((t or {}).values()) for t in logprobs.get("top_logprobs") or []]
-    return _certainty(chosen, tops, k)
+    return _certainty(chosen, tops)
 
 
-def _certainty(chosen: Sequence[Any], tops: Sequence[Sequence[Any]], k: int) -> AnswerCertainty:
+def _certainty(chosen: Sequence[Any], tops: Sequence[Sequence[Any]]) -> AnswerCertainty:
     probs = [math.exp(lp) for lp in chosen if isinstance(lp, int | float) and math.isfinite(lp)]
     if not probs:
         return AnswerCertainty()
     confidence = sum(probs) / len(probs)
     entropies = [_entropy(top) for top in tops if top]
-    if not entropies or k < 1:
+    if not entropies:
         return AnswerCertainty(confidence=_unit(confidence), certainty=1.0, tokens=len(probs))
-    h_max = math.log(k + 1)
+    # k is what was returned, not what Deja would ask for: a client that asked for logprobs
+    # itself may have chosen another top_logprobs, and ln(k+1) must match the distributions.
+    h_max = math.log(max(len(top) for top in tops) + 1)
     certainty = 1.0 - (sum(entropies) / len(entropies)) / h_max
     return AnswerCertainty(
         confidence=_unit(confidence), certainty=_unit(certainty), tokens=len(probs)

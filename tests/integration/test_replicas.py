@@ -1,0 +1,344 @@
+"""Two real `deja serve` processes sharing one real Redis, in front of the stub upstream (a
+process too): what one replica learns or is told, the other knows.
+
+Exact tier (semantic off): entries, feedback (eviction and new TTLs), deletion, invalidation and
+warm-up through A reach B. Semantic tier (real MiniLM + spaCy in both): an entry stored through
+A is a semantic hit on B within a second, warm-up through A makes B hit paraphrases, and a
+complaint about a semantic hit raises that entry's threshold on both.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.support.processes import ServerProcess, proxy
+from tests.support.redis_server import RedisServer, free_port
+
+pytestmark = pytest.mark.redis
+
+TOKEN = "replica-admin"
+FAST_ENV = {
+    "DEJA_ADMIN__TOKEN": TOKEN,
+    "DEJA_TTL__JITTER_MIN": "1",
+    "DEJA_TTL__JITTER_MAX": "1",
+    "DEJA_SERVER__ACCESS_LOG": "false",
+    "DEJA_UPSTREAM__REQUEST_LOGPROBS": "false",
+}
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+
+def http(
+    server: ServerProcess,
+    method: str,
+    path: str,
+    payload: Any = None,
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
+) -> Reply:
+    raw = (
+        data
+        if data is not None
+        else (json.dumps(payload).encode() if payload is not None else None)
+    )
+    request = urllib.request.Request(
+        server.url + path,
+        data=raw,
+        method=method,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            status, got, text = response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        status, got, text = exc.code, dict(exc.headers), exc.read()
+    try:
+        body: Any = json.loads(text)
+    except ValueError:
+        body = text.decode()
+    return Reply(status, got, body)
+
+
+def ask(server: ServerProcess, question: str, key: str = "sk-replicas", **headers: str) -> Reply:
+    body = {"model": "m", "messages": [{"role": "user", "content": question}]}
+    return http(
+        server, "POST", "/v1/chat/completions", body, {"Authorization": f"Bearer {key}", **headers}
+    )
+
+
+def admin(
+    server: ServerProcess, method: str, path: str, payload: Any = None, data: bytes | None = None
+) -> Reply:
+    return http(
+        server, method, f"/admin/v1/{path}", payload, {"Authorization": f"Bearer {TOKEN}"}, data
+    )
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> float:
+    """Seconds until `check()` held (fails after timeout_s)."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout_s, "the condition was not reached in time"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def stored(server: ServerProcess, question: str, **kwargs: Any) -> str:
+    reply = ask(server, question, **kwargs)
+    assert reply.headers["X-Deja-Cache"] == "miss", reply.headers
+    entry_id = reply.headers["X-Deja-Entry"]
+    eventually(lambda: admin(server, "GET", f"entries/{entry_id}").status == 200)
+    return entry_id
+
+
+class Stack:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.redis = RedisServer()
+        self.redis.start()
+        port = free_port()
+        self.stub = ServerProcess("stub", [sys.executable, "bench/stub_server.py", str(port)], port)
+        self.replicas: list[ServerProcess] = []
+        try:
+            self.stub.wait_ready("/v1/models", timeout_s=30)
+            self.replicas = [proxy(f"{self.stub.url}/v1", self.redis.url, env) for _ in range(2)]
+            for replica in self.replicas:
+                replica.wait_ready(timeout_s=300)
+        except BaseException:
+            self.close()
+            raise
+        self.a, self.b = self.replicas
+
+    def close(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
+        self.stub.stop()
+        self.redis.close()
+
+
+@pytest.fixture(scope="module")
+def exact() -> Iterator[Stack]:
+    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "false"})
+    yield stack
+    stack.close()
+
+
+# --- exact tier ------------------------------------------------------------------------------
+
+
+def test_an_entry_stored_through_a_is_a_hit_on_b(exact: Stack) -> None:
+    entry_id = stored(exact.a, "What is the capital of France?")
+    hit = ask(exact.b, "What is the capital of France?")
+    assert (hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Tier"]) == ("hit", "redis")
+    assert hit.headers["X-Deja-Entry"] == entry_id
+    assert (
+        hit.body["choices"][0]["message"]["content"] == "Answer to: What is the capital of France?"
+    )
+    again = ask(exact.b, "What is the capital of France?")
+    assert again.headers["X-Deja-Tier"] == "lru_k"  # filled back into B's own LRU-K
+
+
+def test_feedback_evicting_on_a_makes_b_miss(exact: Stack) -> None:
+    question = "What is the capital of Spain?"
+    entry_id = stored(exact.a, question)
+    assert ask(exact.b, question).headers["X-Deja-Cache"] == "hit"
+    assert ask(exact.b, question).headers["X-Deja-Tier"] == "lru_k"  # B holds a local copy
+    for signal, evicted in (("irrelevant", False), ("irrelevant", True)):
+        reply = admin(exact.a, "POST", "feedback", {"entry_id": entry_id, "signal": signal})
+        assert (reply.status, reply.body["evicted"]) == (200, evicted)
+    eventually(lambda: admin(exact.b, "GET", f"entries/{entry_id}").status == 404, 2.0)
+    assert ask(exact.b, question).headers["X-Deja-Cache"] == "miss"
+
+
+def test_feedback_retiming_on_a_shows_the_new_ttl_on_b(exact: Stack) -> None:
+    question = "What is the capital of Portugal?"
+    entry_id = stored(exact.a, question)
+    assert ask(exact.b, question).headers["X-Deja-TTL"] == "300"
+    assert ask(exact.b, question).headers["X-Deja-Tier"] == "lru_k"
+    reply = admin(exact.a, "POST", "feedback", {"entry_id": entry_id, "signal": "useful"})
+    assert reply.body["ttl_s"] == 390.0
+    eventually(lambda: ask(exact.b, question).headers["X-Deja-TTL"] == "390", 2.0)
+    hit = ask(exact.b, question)
+    assert (hit.headers["X-Deja-Tier"], hit.headers["X-Deja-Entry"]) == ("lru_k", entry_id)
+
+
+def test_deletion_and_invalidation_on_a_reach_b(exact: Stack) -> None:
+    doomed = stored(exact.a, "What is the capital of Italy?")
+    tenant = [stored(exact.a, f"Capital number {i}?", key="sk-doomed") for i in range(2)]
+    survivor = stored(exact.a, "What is the capital of Greece?")
+    for question, key in (
+        ("What is the capital of Italy?", "sk-replicas"),
+        ("Capital number 0?", "sk-doomed"),
+        ("Capital number 1?", "sk-doomed"),
+    ):
+        ask(exact.b, question, key=key)
+        assert ask(exact.b, question, key=key).headers["X-Deja-Tier"] == "lru_k"
+
+    assert admin(exact.a, "DELETE", f"entries/{doomed}").body == {
+        "entry_id": doomed,
+        "deleted": True,
+    }
+    assert admin(exact.a, "POST", "invalidate", {"tenant_key": "sk-doomed"}).body == {
+        "invalidated": 2
+    }
+    for entry_id in (doomed, *tenant):
+        path = f"entries/{entry_id}"
+        eventually(lambda path=path: admin(exact.b, "GET", path).status == 404, 2.0)
+    assert ask(exact.b, "What is the capital of Italy?").headers["X-Deja-Cache"] == "miss"
+    assert ask(exact.b, "Capital number 1?", key="sk-doomed").headers["X-Deja-Cache"] == "miss"
+    assert ask(exact.b, "What is the capital of Greece?").headers["X-Deja-Entry"] == survivor
+
+    assert admin(exact.a, "POST", "invalidate", {"all": True}).status == 200
+    eventually(
+        lambda: ask(exact.b, "What is the capital of Greece?").headers["X-Deja-Cache"] == "miss",
+        2.0,
+    )
+
+
+def warm_up_line(question: str, answer: str) -> bytes:
+    return json.dumps(
+        {
+            "request": {"model": "m", "messages": [{"role": "user", "content": question}]},
+            "response": {
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": answer},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6},
+            },
+            "api_key": "sk-replicas",
+        }
+    ).encode()
+
+
+def test_warm_up_through_a_makes_b_hit(exact: Stack) -> None:
+    data = b"\n".join(warm_up_line(f"Warm question {i}?", f"Warm answer {i}.") for i in range(3))
+    reply = admin(exact.a, "POST", "warmup", data=data)
+    lines = [json.loads(raw) for raw in reply.body.splitlines()]
+    assert lines[-1] == {"summary": {"lines": 3, "stored": 3, "failed": 0}}
+    for i in range(3):
+        hit = ask(exact.b, f"Warm question {i}?")
+        assert (hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Entry"]) == (
+            "hit",
+            lines[i]["entry_id"],
+        )
+        assert hit.body["choices"][0]["message"]["content"] == f"Warm answer {i}."
+
+
+# --- semantic tier -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def semantic() -> Iterator[Stack]:
+    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "true"})
+    yield stack
+    stack.close()
+
+
+def semantic_entries(server: ServerProcess) -> int:
+    return int(admin(server, "GET", "stats").body["sizes"]["semantic_entries"])
+
+
+@pytest.mark.models
+def test_an_entry_stored_through_a_is_a_semantic_hit_on_b_within_a_second(semantic: Stack) -> None:
+    before = semantic_entries(semantic.b)
+    stored(semantic.a, "Who wrote Pride and Prejudice?")
+    seconds = eventually(lambda: semantic_entries(semantic.b) > before, 5.0)
+    assert seconds < 1.0, f"B indexed A's entry after {seconds:.2f} s"
+    hit = ask(semantic.b, "Who is the author of Pride and Prejudice?")
+    assert (hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Match"]) == ("hit", "semantic"), (
+        hit.headers
+    )
+    assert (
+        hit.body["choices"][0]["message"]["content"] == "Answer to: Who wrote Pride and Prejudice?"
+    )
+
+
+@pytest.mark.models
+def test_warm_up_through_a_makes_b_hit_paraphrases(semantic: Stack) -> None:
+    before = semantic_entries(semantic.b)
+    data = warm_up_line("What is the boiling point of water at sea level?", "100 degrees Celsius.")
+    reply = admin(semantic.a, "POST", "warmup", data=data)
+    assert json.loads(reply.body.splitlines()[-1])["summary"]["stored"] == 1
+    eventually(lambda: semantic_entries(semantic.b) > before, 2.0)
+    hit = ask(semantic.b, "At sea level, what's the boiling point of water?")
+    assert (hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Match"]) == ("hit", "semantic"), (
+        hit.headers
+    )
+    assert hit.body["choices"][0]["message"]["content"] == "100 degrees Celsius."
+
+
+@pytest.mark.models
+def test_a_complaint_about_a_semantic_hit_raises_its_threshold_everywhere(semantic: Stack) -> None:
+    entry_id = stored(semantic.a, "Who wrote Moby Dick?", key="sk-complaints")
+    eventually(lambda: admin(semantic.b, "GET", f"entries/{entry_id}").status == 200, 2.0)
+    time.sleep(0.5)  # B indexes it from the stream
+    paraphrase = "Who is the author of Moby Dick?"
+    hit = ask(semantic.b, paraphrase, key="sk-complaints", **{"X-Request-Id": "complaint-1"})
+    assert (hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Match"]) == ("hit", "semantic"), (
+        hit.headers
+    )
+    similarity = float(hit.headers["X-Deja-Similarity"])
+    before = admin(semantic.b, "GET", "stats").body["false_hits"]
+
+    reply = admin(
+        semantic.b, "POST", "feedback", {"request_id": "complaint-1", "signal": "irrelevant"}
+    )
+    assert reply.status == 200 and not reply.body["evicted"]
+    assert reply.body["threshold"] == pytest.approx(similarity + 0.01, abs=1e-4)
+    after = admin(semantic.b, "GET", "stats").body["false_hits"]
+    assert after["complaints"] == before["complaints"] + 1
+    # Neither the threshold every tenant shares nor the estimate moves.
+    assert after["global_threshold"] == before["global_threshold"]
+    assert after["verified"] == before["verified"]
+
+    # The stream carries the raised floor to A: there too the paraphrase no longer reaches the
+    # entry (it misses and gets an entry of its own, which B then finds by its exact key).
+    eventually(
+        lambda: (
+            admin(semantic.a, "GET", f"entries/{entry_id}").body["threshold"]
+            == pytest.approx(similarity + 0.01, abs=1e-4)
+        ),
+        5.0,
+    )
+    own = stored(semantic.a, paraphrase, key="sk-complaints")
+    again = ask(semantic.b, paraphrase, key="sk-complaints")
+    assert (again.headers["X-Deja-Match"], again.headers["X-Deja-Entry"]) == ("exact", own)
+    # The entry itself still answers its own question.
+    assert (
+        ask(semantic.b, "Who wrote Moby Dick?", key="sk-complaints").headers["X-Deja-Entry"]
+        == entry_id
+    )
+
+
+@pytest.mark.models
+def test_warm_up_waits_for_the_models(semantic: Stack) -> None:
+    """Entries warmed before the models are in would get no embedding: 503 until /readyz."""
+    env = {**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "true"}
+    starting = proxy(f"{semantic.stub.url}/v1", semantic.redis.url, env)
+    try:
+        starting.wait_ready("/healthz", timeout_s=60)
+        reply = admin(starting, "POST", "warmup", data=warm_up_line("Early?", "Too early."))
+        if http(starting, "GET", "/readyz").status != 200:  # still loading, as expected
+            assert reply.status == 503, reply.body
+            assert reply.body["error"]["code"] == "not_ready"
+    finally:
+        starting.stop()
