@@ -94,8 +94,8 @@ class AdminRoutes:
         signal = _signal(body.get("signal"))
         served = None
         if isinstance(body.get("request_id"), str):
-            served = self._deja.served.get(body["request_id"])
-            if served is None or (tenant is not None and served.tenant != tenant):
+            served = self._deja.served.get(body["request_id"], tenant)
+            if served is None:
                 raise NotFound(
                     f"no cached answer is known for request {body['request_id']!r} on this replica"
                 )

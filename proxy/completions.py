@@ -19,6 +19,7 @@ from core.errors import DejaError
 from fallback.degrade import Degrader
 from normalize.request import CacheRequest, Route
 from proxy.context import CacheOutcome, RequestContext
+from proxy.entry_builder import asked_logprobs
 from proxy.flight import Flight, FlightRegistry
 from proxy.request_reader import ReadRequest, RequestReader
 from proxy.responses import (
@@ -181,7 +182,7 @@ class CompletionHandler:
         added = (
             store
             and self._config.upstream.request_logprobs
-            and not _asked_logprobs(creq.route, body)
+            and not asked_logprobs(creq.route, body)
         )
         if added:
             k = self._config.upstream.top_logprobs
@@ -203,11 +204,6 @@ class CompletionHandler:
 def _plain(body: dict[str, Any]) -> dict[str, Any]:
     """The request as a verification sends it: not streamed."""
     return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-
-
-def _asked_logprobs(route: Route, body: dict[str, Any]) -> bool:
-    value = body.get("logprobs")
-    return bool(value) if route is Route.CHAT else value is not None
 
 
 def _new_entry_id(creq: CacheRequest) -> str:

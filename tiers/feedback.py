@@ -33,17 +33,32 @@ class ServedRecord:
 
 
 class ServedRequests:
+    """Request ids are the clients' own (X-Request-Id is echoed), so two tenants may use the
+    same one: records are kept per (tenant, request id), and a tenant only ever sees its own.
+    The admin, who names no tenant, gets the most recent request with that id."""
+
     def __init__(self, capacity: int = 100_000) -> None:
         self._capacity = capacity
-        self._records: OrderedDict[str, ServedRecord] = OrderedDict()
+        self._records: OrderedDict[tuple[str, str], ServedRecord] = OrderedDict()
+        self._latest: dict[str, str] = {}  # request id → the tenant that used it last
 
     def remember(self, request_id: str, record: ServedRecord) -> None:
-        self._records[request_id] = record
+        key = (record.tenant, request_id)
+        self._records[key] = record
+        self._records.move_to_end(key)
+        self._latest[request_id] = record.tenant
         if len(self._records) > self._capacity:
-            self._records.popitem(last=False)
+            (tenant, oldest), _ = self._records.popitem(last=False)
+            if self._latest.get(oldest) == tenant:
+                del self._latest[oldest]
 
-    def get(self, request_id: str) -> ServedRecord | None:
-        return self._records.get(request_id)
+    def get(self, request_id: str, tenant: str | None = None) -> ServedRecord | None:
+        """The record of `request_id` for `tenant` (None: whoever used the id last)."""
+        if tenant is None:
+            tenant = self._latest.get(request_id)
+            if tenant is None:
+                return None
+        return self._records.get((tenant, request_id))
 
 
 @dataclass(frozen=True, slots=True)

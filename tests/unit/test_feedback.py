@@ -143,3 +143,17 @@ def test_served_requests_remember_a_bounded_number_of_recent_requests() -> None:
     assert served.get("r0") is None
     assert served.get("r1") == ServedRecord("e1", "t", None, None)
     assert served.get("r2") is not None
+
+
+def test_served_requests_keep_tenants_apart() -> None:
+    served = ServedRequests(capacity=3)
+    served.remember("req-1", ServedRecord("e-a", "tenant-a", None, None))
+    served.remember("req-1", ServedRecord("e-b", "tenant-b", None, None))
+    assert served.get("req-1", "tenant-a") == ServedRecord("e-a", "tenant-a", None, None)
+    assert served.get("req-1", "tenant-b") == ServedRecord("e-b", "tenant-b", None, None)
+    assert served.get("req-1") == ServedRecord("e-b", "tenant-b", None, None)  # the admin: latest
+    assert served.get("req-1", "tenant-c") is None
+    for n in range(3):
+        served.remember(f"req-{n + 2}", ServedRecord(f"e{n}", "tenant-a", None, None))
+    assert served.get("req-1", "tenant-a") is None and served.get("req-1", "tenant-b") is None
+    assert served.get("req-1") is None
