@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-
-from spacy.tokens import Doc, Token
+from typing import TYPE_CHECKING
 
 from normalize.lexicon import (
     CURRENCY_SYMBOLS,
@@ -25,6 +24,10 @@ from normalize.lexicon import (
     UNIT_ALIASES,
 )
 from normalize.meaning import Quantity
+
+if TYPE_CHECKING:
+    # Annotations only: the guards use this module in processes that never load spaCy.
+    from spacy.tokens import Doc, Token
 
 _DECIMAL = re.compile(r"^[+-]?(\d+(,\d{3})*|\d*)(\.\d+)?$")
 _FRACTION = re.compile(r"^(\d+)/(\d+)$")

@@ -17,12 +17,15 @@ Coordination shares one role: in "A and B" the second conjunct takes the first o
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from spacy.tokens import Doc, Token
+from typing import TYPE_CHECKING
 
 from normalize.lexicon import PREPOSITION_CLASS
 from normalize.meaning import RoleFact
 from normalize.quantities import number_value
+
+if TYPE_CHECKING:
+    # Annotations only: the guards use this module in processes that never load spaCy.
+    from spacy.tokens import Doc, Token
 
 _NOMINAL_POS = frozenset({"NOUN", "PROPN", "PRON", "NUM"})
 _KIND = {"NOUN": "n", "PROPN": "n", "PRON": "p", "NUM": "n", "VERB": "v", "ADJ": "a", "ADV": "a"}
@@ -47,6 +50,7 @@ _MODIFIER_DEPS = frozenset(
         "oprd",
     }
 )
+
 # How many levels up a repeated head word is qualified by its own place.
 _HEAD_QUALIFIER_DEPTH = 2
 # The roles a word can hold as an argument of its head (as opposed to a modifier of it).

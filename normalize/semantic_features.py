@@ -16,11 +16,10 @@ import logging
 import numpy as np
 
 from core.config import SemanticConfig
-from normalize.feature_process import FeatureProcess, FeatureWorkerUnavailable
+from normalize.feature_process import FeatureProcess, FeatureWorkerUnavailable, ParsedPrompt
 from normalize.features import NoFeatures, PromptAnalysis, PromptFeatures
 from normalize.fingerprint import lemma_key
 from normalize.language import LanguageGate
-from normalize.meaning import Analysis
 from normalize.request import CacheRequest
 
 _log = logging.getLogger("deja.features")
@@ -65,9 +64,9 @@ class SemanticFeatureSource:
         """Whether the configured pipeline can analyse `text` (language, length)."""
         return len(text) <= self._config.analysis_max_chars and self._gate.supports(text)
 
-    def prompt_analysis(self, partition: str, analysis: Analysis) -> PromptAnalysis:
-        key = lemma_key(partition, analysis.key_material()) if self._config.lemma_key else None
-        return PromptAnalysis(analysis, key, analysis.to_wire())
+    def prompt_analysis(self, partition: str, parsed: ParsedPrompt) -> PromptAnalysis:
+        key = lemma_key(partition, parsed.key_material) if self._config.lemma_key else None
+        return PromptAnalysis(parsed.analysis, key, parsed.wire)
 
 
 class _LazyFeatures:
@@ -75,7 +74,7 @@ class _LazyFeatures:
         self._source = source
         self._partition = partition
         self._text = text
-        self._work: asyncio.Task[tuple[Analysis, np.ndarray] | None] | None = None
+        self._work: asyncio.Task[tuple[ParsedPrompt, np.ndarray] | None] | None = None
         self._allowed: bool | None = None
 
     def semantic_allowed(self) -> bool:
@@ -85,7 +84,7 @@ class _LazyFeatures:
 
     async def analysis(self) -> PromptAnalysis | None:
         both = await self._both()
-        if both is None or not both[0].analysable:
+        if both is None or not both[0].analysis.analysable:
             return None
         return self._source.prompt_analysis(self._partition, both[0])
 
@@ -93,7 +92,7 @@ class _LazyFeatures:
         both = await self._both()
         return None if both is None else both[1]
 
-    async def _both(self) -> tuple[Analysis, np.ndarray] | None:
+    async def _both(self) -> tuple[ParsedPrompt, np.ndarray] | None:
         if not self.semantic_allowed():
             return None
         if self._work is None:
@@ -101,7 +100,7 @@ class _LazyFeatures:
         # Shielded: the flight that stores the answer may still need it after this caller left.
         return await asyncio.shield(self._work)
 
-    async def _compute(self) -> tuple[Analysis, np.ndarray] | None:
+    async def _compute(self) -> tuple[ParsedPrompt, np.ndarray] | None:
         try:
             return await self._source.process.analyze(self._text)
         except FeatureWorkerUnavailable as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -210,6 +211,10 @@ async def _warm_up(deja: Deja) -> None:
         _log.exception("start-up failed; serving exact matches only")
         return
     deja.ready = True
+    # Everything built so far lives as long as the process: move it out of the collector's
+    # sight, so a full collection (which pauses the event loop) only walks request garbage.
+    gc.collect()
+    gc.freeze()
     _log.info("ready")
     if deja.replication is not None:
         await deja.replication.follow()

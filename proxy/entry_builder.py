@@ -73,6 +73,7 @@ class EntryBuilder:
             prompt_tokens=_usage(completion, "prompt_tokens"),
             completion_tokens=_usage(completion, "completion_tokens"),
             analysis=analysis.wire if analysis else None,
+            parsed_analysis=analysis.analysis if analysis else None,
             vector=vector.astype("float32").tobytes() if vector is not None else None,
         )
 

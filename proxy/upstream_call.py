@@ -8,6 +8,7 @@ large, and the request allowed storing. Storing happens after the waiters have t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
@@ -128,6 +129,9 @@ class UpstreamCaller:
         return True
 
     async def _store(self, entry_id: str, plan: CallPlan, completion: dict[str, Any]) -> None:
+        # The waiters have their answer; storing is background work. Let the event loop serve
+        # what is waiting first, and again between building the entry and writing it.
+        await asyncio.sleep(0)
         entry = await self._entries.build(
             entry_id,
             plan.request,
@@ -139,6 +143,7 @@ class UpstreamCaller:
         if entry is None:
             self._stats.not_stored["too_large"] += 1
             return
+        await asyncio.sleep(0)
         await self._service.store(entry)
 
 

@@ -9,10 +9,11 @@ threshold produce a new Entry that replaces the old one (`CacheTier.replace`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from normalize.meaning import Analysis
 from normalize.request import PARTITION_TAG_CHARS, Route
 
 ENTRY_FORMAT_VERSION = 1
@@ -60,6 +61,9 @@ class Entry:
     analysis: str | None = None
     # The prompt's embedding, float32 bytes; only the Redis and semantic tiers keep it.
     vector: bytes | None = None
+    # `analysis` already parsed, when the process that made the entry has it (never stored,
+    # never compared): indexing a new entry then costs no second parse on the event loop.
+    parsed_analysis: Analysis | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         assert self.entry_id.startswith(self.partition[:PARTITION_TAG_CHARS]), (

@@ -46,6 +46,7 @@ class _Indexed:
     partition: str
     vector_id: int
     threshold: float
+    expires_at: float
     hard_expires_at: float
     tenant: str
     namespace: str
@@ -110,24 +111,33 @@ class SemanticTier:
         else:
             found = index.search(vector, k)
         now = self._clock.time()
-        candidates = []
+        candidates: list[SemanticCandidate] = []
+        checked = 0
+        relaxed = threshold_override is not None
         for vector_id, similarity in found:
             item = self._entries.get(self._by_vector.get(vector_id, ""))
-            if item is None or now >= item.hard_expires_at:
+            # A hit needs a fresh entry; a relaxed (degraded) match takes one within its grace.
+            if item is None or now >= (item.hard_expires_at if relaxed else item.expires_at):
                 continue
             threshold = (
-                self._thresholds.effective(item.threshold)
-                if threshold_override is None
-                else threshold_override
+                threshold_override
+                if threshold_override is not None
+                else self._thresholds.effective(item.threshold)
             )
             if similarity < threshold:
                 continue
+            if checked:
+                # Each guard check is a fraction of a millisecond of Python; between two, let
+                # the event loop serve whatever is waiting (exact hits above all).
+                await asyncio.sleep(0)
+            checked += 1
             verdict = self._guard.compare(query, item.analysis)
             if not verdict.agree:
                 self._stats.guard_rejections[verdict.reason.split(":")[0].split(" ")[0]] += 1
                 continue
             self._recency.move_to_end(item.entry_id)
-            candidates.append(SemanticCandidate(item.entry_id, similarity))
+            # The nearest candidate that passes is the answer; the rest need no checking.
+            return [SemanticCandidate(item.entry_id, similarity)]
         return candidates
 
     async def add(self, entry: Entry) -> None:
@@ -140,7 +150,7 @@ class SemanticTier:
         if not self._dim or vector.shape != (self._dim,):
             return  # written by a replica with another embedding model: not comparable
         try:
-            analysis = Analysis.from_wire(entry.analysis)
+            analysis = entry.parsed_analysis or Analysis.from_wire(entry.analysis)
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptEntry(f"entry {entry.entry_id} has an unreadable analysis: {exc}") from exc
         index = self._indexes.get(entry.partition)
@@ -155,6 +165,7 @@ class SemanticTier:
             entry.partition,
             vector_id,
             entry.threshold,
+            entry.expires_at,
             entry.hard_expires_at,
             entry.tenant,
             entry.namespace,
@@ -173,6 +184,7 @@ class SemanticTier:
         item = self._entries.get(entry.entry_id)
         if item is not None:
             item.threshold = entry.threshold
+            item.expires_at = entry.expires_at
             item.hard_expires_at = entry.hard_expires_at
 
     async def remove(self, entry_id: str) -> bool:

@@ -27,8 +27,9 @@ class SemanticIndex(Protocol):
         query: Analysis,
         threshold_override: float | None = None,
     ) -> list[SemanticCandidate]:
-        """Entries of `partition` that pass their similarity threshold (or the override, for
-        relaxed degraded matches) and the meaning guards, best first."""
+        """The nearest entry of `partition` that passes its similarity threshold and the meaning
+        guards and is fresh (a list of at most one). With `threshold_override` (a relaxed,
+        degraded match) that threshold applies instead, and entries within their grace count."""
         ...
 
     async def add(self, entry: Entry) -> None: ...
