@@ -22,7 +22,7 @@ def reference(text: str) -> str:
         match = re.match(r"^  ([a-z_0-9]+):\s*(.*?)\s*(?:#\s*(.*))?$", line)
         if match and section:
             key, default, comment = match.groups()
-            default = default if default not in ("", None) else "(list below)"
+            default = default if default not in ("", None) else "(a list: see config/deja.yaml)"
             rows.append(f"| `{section}.{key}` | `{default}` | {comment or ''} |")
     return "\n".join(rows)
 

@@ -97,3 +97,16 @@ def test_price_table_entries_are_typed(tmp_path: Path) -> None:
     )
     price = load_config(path).pricing.models[0]
     assert (price.model, price.prompt_per_1k_usd, price.completion_per_1k_usd) == ("a", 1.0, 2.0)
+
+
+def test_the_readme_documents_every_key() -> None:
+    readme = (SHIPPED.parents[1] / "README.md").read_text()
+    hints = typing.get_type_hints(DejaConfig)
+    defaults = DejaConfig()
+    missing = [
+        f"{section}.{f.name}"
+        for section in hints
+        for f in dataclasses.fields(getattr(defaults, section))
+        if f"`{section}.{f.name}`" not in readme
+    ]
+    assert not missing, f"README.md does not document {missing}"
