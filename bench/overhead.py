@@ -6,7 +6,7 @@ Deja's own work: parsing, keys, lookup, headers, the access log. Misses go throu
 upstream (also on core 0). The semantic tier is off here: it only runs after exact keys miss
 (bench/semantic_latency.py measures it).
 
-    python bench/overhead.py [--duration-s 5] [--concurrency 1,16,64]
+    python bench/overhead.py [--duration-s 5] [--concurrency 1,16,64] [--rounds 3]
 Targets: LRU-K hits ≥ 50% of the bare server's requests/s; at concurrency 1, LRU-K hit p50 ≤
 bare p50 + 1 ms.
 """
@@ -48,6 +48,7 @@ def main() -> None:
     )
     parser.add_argument("--duration-s", type=float, default=5.0)
     parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
@@ -125,14 +126,26 @@ def main() -> None:
             ("Redis hit", redis_only_url, fixed),
             ("miss (stub upstream)", lru_url, misses),
         ]
-        results: dict[str, dict[int, WrkResult]] = {}
-        for name, url, script in scenarios:
+        for _, url, script in scenarios:
             run_wrk(url, script, 4, 1.0, WRK_CORE)  # warm-up
-            results[name] = {c: run_wrk(url, script, c, args.duration_s, WRK_CORE) for c in levels}
+        # Rounds interleave the scenarios, so a change in the machine's load between two of
+        # them does not show up as overhead; each cell is the round with the median req/s.
+        runs: dict[str, dict[int, list[WrkResult]]] = {
+            name: {c: [] for c in levels} for name, _, _ in scenarios
+        }
+        for _ in range(args.rounds):
+            for c in levels:
+                for name, url, script in scenarios:
+                    runs[name][c].append(run_wrk(url, script, c, args.duration_s, WRK_CORE))
+        results = {name: {c: _median(rs) for c, rs in by.items()} for name, by in runs.items()}
     finally:
         for proc in reversed(procs):
             proc.close()
     report(results, levels)
+
+
+def _median(results: list[WrkResult]) -> WrkResult:
+    return sorted(results, key=lambda r: r.requests_per_s)[len(results) // 2]
 
 
 def _raw_post(url: str, payload: Any) -> bytes:

@@ -14,6 +14,7 @@ answered with a 500 error object; the process never dies of a request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import re
@@ -46,11 +47,19 @@ class RequestObserver(Protocol):
     def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None: ...
 
 
-def request_id_of(request: web.Request) -> str:
-    given = request.headers.get("X-Request-Id")
-    if given and _REQUEST_ID.match(given):
-        return given
-    return os.urandom(16).hex()
+class RequestIds:
+    """The client's X-Request-Id when it sent a sane one, else a new id: a random prefix per
+    process and a counter (unique without drawing randomness for every request)."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._counter = itertools.count()
+
+    def of(self, request: web.Request) -> str:
+        given = request.headers.get("X-Request-Id")
+        if given and _REQUEST_ID.match(given):
+            return given
+        return f"{self._prefix}{next(self._counter):016x}"
 
 
 class RequestFrame:
@@ -58,6 +67,7 @@ class RequestFrame:
         self._app = app
         self._metrics = metrics
         self._access_log = access_log
+        self._ids = RequestIds()
 
     def route(
         self, path: str, label: str, handler: Handler, methods: Collection[str] = ("*",)
@@ -82,7 +92,7 @@ class RequestFrame:
             allowed = allowed | {"HEAD"}
 
         async def framed(request: web.Request) -> web.StreamResponse:
-            ctx = RequestContext(request_id_of(request), label, time.monotonic())
+            ctx = RequestContext(self._ids.of(request), label, time.monotonic())
             request[CONTEXT] = ctx
             status = 500
             try:
@@ -158,19 +168,21 @@ def _access_record(
     }
     if ctx.tenant:
         record["tenant"] = ctx.tenant
-    if ctx.cache is not None:
-        record["cache"] = ctx.cache.value
+    cache = ctx.cache
+    if cache is not None:
+        record["cache"] = cache.value
         if ctx.tier is not None:
             record["tier"] = ctx.tier
             record["match"] = ctx.match
-        if ctx.degraded is not None:
-            record["degraded"] = ctx.degraded
-        if ctx.coalesced:
-            record["coalesced"] = True
         if ctx.entry_id is not None:
             record["entry"] = ctx.entry_id
-    if ctx.upstream_status is not None:
-        record["upstream_status"] = ctx.upstream_status
+        if cache is not CacheOutcome.HIT:
+            if ctx.degraded is not None:
+                record["degraded"] = ctx.degraded
+            if ctx.coalesced:
+                record["coalesced"] = True
+            if ctx.upstream_status is not None:
+                record["upstream_status"] = ctx.upstream_status
     if ctx.error_code is not None:
         record["error"] = ctx.error_code
     return record

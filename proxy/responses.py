@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -37,7 +37,8 @@ Degrader = Callable[[DejaError], Awaitable[web.StreamResponse | None]]
 
 
 def new_response_id(route: Route) -> str:
-    return ("chatcmpl-" if route is Route.CHAT else "cmpl-") + secrets.token_urlsafe(18)
+    # Unique, not secret: 72 random bits as hex (cheaper than token_urlsafe on every hit).
+    return ("chatcmpl-" if route is Route.CHAT else "cmpl-") + os.urandom(9).hex()
 
 
 def error_payload(error: DejaError) -> bytes:

@@ -61,6 +61,16 @@ class ServedRequests:
         return self._records.get((tenant, request_id))
 
 
+class NoServedRequests(ServedRequests):
+    """Without the admin API nobody can name a request in feedback: remember nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=0)
+
+    def remember(self, request_id: str, record: ServedRecord) -> None:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class FeedbackOutcome:
     entry_id: str
