@@ -40,6 +40,7 @@ from proxy.flight import FlightRegistry
 from proxy.health_routes import HealthRoutes
 from proxy.openai_routes import OpenAIRoutes
 from proxy.request_frame import RequestFrame
+from proxy.request_ledger import RequestLedger
 from proxy.request_reader import RequestReader
 from proxy.telemetry import Telemetry
 from proxy.upstream import UpstreamClient
@@ -94,12 +95,15 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
         clock=clock,
         stats=stats,
     )
-    deja.access_log = AccessLog(sys.stderr) if config.server.access_log else NoAccessLog()
+    access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
+    deja.ledger = RequestLedger(deja.telemetry, access_log)
     app = web.Application(client_max_size=config.server.max_passthrough_bytes)
     app[DEJA] = deja
     app.cleanup_ctx.append(_lifecycle)
-    frame = RequestFrame(app, deja.telemetry, deja.access_log)
-    HealthRoutes(deja.readiness, deja.telemetry, config.telemetry.metrics).register(frame)
+    frame = RequestFrame(app, deja.ledger)
+    HealthRoutes(deja.readiness, deja.telemetry, deja.ledger, config.telemetry.metrics).register(
+        frame
+    )
     OpenAIRoutes(handler, deja.upstream, auth, config.server.max_passthrough_bytes).register(frame)
     if config.admin.token:
         feedback = FeedbackService(deja.service, deja.ttl, deja.thresholds, stats)
@@ -190,7 +194,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     if deja.semantic is not None:
         await deja.semantic.close()
     await deja.upstream.close()
-    deja.access_log.flush()
+    if deja.ledger is not None:
+        deja.ledger.drain()
     if deja.redis is not None:
         await deja.redis.close()
     deja.telemetry.shutdown()

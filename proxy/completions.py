@@ -16,6 +16,7 @@ from aiohttp import web
 from core.clock import Clock
 from core.config import DejaConfig
 from core.errors import DejaError
+from core.ids import IdSequence
 from fallback.degrade import Degrader
 from normalize.request import CacheRequest, Route
 from proxy.context import CacheOutcome, RequestContext
@@ -61,6 +62,7 @@ class CompletionHandler:
         self._served = served
         self._clock = clock
         self._stats = stats
+        self._response_ids = IdSequence()
         pricing = config.pricing
         self._prices = {
             p.model: (p.prompt_per_1k_usd, p.completion_per_1k_usd) for p in pricing.models
@@ -101,6 +103,7 @@ class CompletionHandler:
             self._flights.start(flight, lambda f: self._caller.run(f, plan), shared=looked_up)
         if flight.will_store:
             ctx.entry_id = flight.entry_id
+        if flight.will_store and self._served.enabled:
             self._served.remember(
                 ctx.request_id, ServedRecord(flight.entry_id, creq.tenant, None, None)
             )
@@ -120,13 +123,14 @@ class CompletionHandler:
         ctx.tier, ctx.match, ctx.similarity = str(lookup.tier), str(lookup.match), lookup.similarity
         ctx.entry_id, ctx.ttl_s, ctx.age_s = entry.entry_id, entry.ttl_s, entry.age_s(now)
         self._count_hit(lookup)
-        self._served.remember(
-            ctx.request_id,
-            ServedRecord(entry.entry_id, creq.tenant, lookup.match, lookup.similarity),
-        )
+        if self._served.enabled:
+            self._served.remember(
+                ctx.request_id,
+                ServedRecord(entry.entry_id, creq.tenant, lookup.match, lookup.similarity),
+            )
         if lookup.match is MatchKind.SEMANTIC:
             self._verifier.maybe_verify(lookup, lambda: read.upstream_request(_plain(read.body)))
-        response_id, created = new_response_id(creq.route), int(now)
+        response_id, created = new_response_id(creq.route, self._response_ids), int(now)
         if creq.stream:
             return await write_replay(request, ctx, entry.completion(response_id, created), creq)
         return json_response(entry.render_json(response_id, created), ctx)
@@ -163,7 +167,11 @@ class CompletionHandler:
             ctx.similarity = answer.lookup.similarity
             ctx.entry_id, ctx.ttl_s, ctx.age_s = entry.entry_id, entry.ttl_s, entry.age_s(now)
         self._stats.degraded[str(answer.kind)] += 1
-        completion = {**answer.completion, "id": new_response_id(creq.route), "created": int(now)}
+        completion = {
+            **answer.completion,
+            "id": new_response_id(creq.route, self._response_ids),
+            "created": int(now),
+        }
         if creq.stream:
             return await write_replay(request, ctx, completion, creq)
         return json_response(orjson.dumps(completion), ctx)

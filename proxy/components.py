@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from core.clock import Clock
 from core.config import DejaConfig, SemanticConfig, VerifyConfig
 from fallback.breaker import Breaker
-from proxy.access_log import AccessLog, NoAccessLog
 from proxy.admission import AdmissionControl
 from proxy.entry_builder import EntryBuilder
 from proxy.flight import FlightRegistry
+from proxy.request_ledger import RequestLedger
 from proxy.telemetry import Telemetry
 from proxy.upstream import UpstreamClient
 from proxy.verifier import Verifier
@@ -57,7 +57,7 @@ class Deja:
     )
     verifier: Verifier | None = None
     served: ServedRequests = field(default_factory=ServedRequests)
-    access_log: AccessLog | NoAccessLog = field(default_factory=NoAccessLog)
+    ledger: RequestLedger | None = None  # set by create_app
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     # Set once everything the config enables is loaded (models, the rebuilt index).
     ready: bool = False

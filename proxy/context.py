@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from aiohttp import web
@@ -32,7 +32,6 @@ class RequestContext:
     coalesced: bool = False
     upstream_status: int | None = None
     error_code: str | None = None
-    extra_headers: dict[str, str] = field(default_factory=dict)
 
     def cache_headers(self) -> dict[str, str]:
         """X-Request-Id and the X-Deja-* headers of DESIGN.md's table for what happened to this
@@ -56,7 +55,6 @@ class RequestContext:
             headers["Age"] = str(int(self.age_s))
         if self.coalesced:
             headers["X-Deja-Coalesced"] = "1"
-        headers.update(self.extra_headers)
         return headers
 
 

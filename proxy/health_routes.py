@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.request_frame import RequestFrame
+from proxy.request_ledger import RequestLedger
 from proxy.telemetry import Telemetry
 
 ReadinessReport = Callable[[], tuple[bool, dict[str, Any]]]
@@ -21,10 +22,15 @@ ReadinessReport = Callable[[], tuple[bool, dict[str, Any]]]
 
 class HealthRoutes:
     def __init__(
-        self, readiness: ReadinessReport, telemetry: Telemetry, metrics_enabled: bool
+        self,
+        readiness: ReadinessReport,
+        telemetry: Telemetry,
+        ledger: RequestLedger,
+        metrics_enabled: bool,
     ) -> None:
         self._readiness = readiness
         self._telemetry = telemetry
+        self._ledger = ledger
         self._metrics_enabled = metrics_enabled
 
     def register(self, frame: RequestFrame) -> None:
@@ -46,6 +52,7 @@ class HealthRoutes:
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
+        self._ledger.drain()  # requests finished since the last batch count in this scrape
         return web.Response(
             body=self._telemetry.metrics_text(), content_type="text/plain", charset="utf-8"
         )

@@ -8,6 +8,8 @@ POST /v1/completions        cached (exact matches only)
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from aiohttp import web
 
 from core.errors import BodyTooLarge
@@ -50,11 +52,12 @@ class OpenAIRoutes:
         frame.route("/v1/completions", "completions", self.completions, methods=["POST"])
         frame.route("/v1/{tail:.*}", "passthrough", self.passthrough)
 
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._completions.handle(request, Route.CHAT, request[CONTEXT])
+    # Plain functions returning the handler's coroutine: one coroutine less on every hit.
+    def chat_completions(self, request: web.Request) -> Awaitable[web.StreamResponse]:
+        return self._completions.handle(request, Route.CHAT, request[CONTEXT])
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._completions.handle(request, Route.COMPLETIONS, request[CONTEXT])
+    def completions(self, request: web.Request) -> Awaitable[web.StreamResponse]:
+        return self._completions.handle(request, Route.COMPLETIONS, request[CONTEXT])
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]

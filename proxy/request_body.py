@@ -25,11 +25,10 @@ async def read_json_body(request: web.Request, max_bytes: int) -> dict[str, Any]
 
 async def read_body(request: web.Request, max_bytes: int) -> bytes:
     """The request's body bytes; 413 past `max_bytes`."""
-    if request.content_length is not None and request.content_length > max_bytes:
-        raise BodyTooLarge(
-            f"request body is {request.content_length} bytes; the limit is {max_bytes}"
-        )
-    if request.content_length is not None:
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise BodyTooLarge(f"request body is {declared} bytes; the limit is {max_bytes}")
+    if declared is not None:
         # Declared and within the limit: one read (the common case, and the fast one).
         return await request.read()
     raw = bytearray()

@@ -1,4 +1,5 @@
-"""What every request goes through: request id, OpenAI-style errors, access log, metrics.
+"""What every request goes through: request id, OpenAI-style errors, the request ledger
+(metrics and access log).
 
 Every route is registered through `RequestFrame.route()`, which wraps its handler. (An aiohttp
 middleware would do the same, but aiohttp rebuilds the middleware chain with
@@ -14,18 +15,17 @@ answered with a 500 error object; the process never dies of a request.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any, Protocol
 
 from aiohttp import web
 
 from core.errors import DejaError, MethodNotAllowed, NotFound
+from core.ids import IdSequence
 from proxy.context import CONTEXT, CacheOutcome, RequestContext
+from proxy.request_ledger import RequestLedger
 from proxy.responses import error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -37,36 +37,23 @@ CLIENT_CLOSED = 499
 _log = logging.getLogger("deja.proxy")
 
 
-class AccessLogWriter(Protocol):
-    enabled: bool
-
-    def write(self, record: dict[str, Any]) -> None: ...
-
-
-class RequestObserver(Protocol):
-    def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None: ...
-
-
 class RequestIds:
-    """The client's X-Request-Id when it sent a sane one, else a new id: a random prefix per
-    process and a counter (unique without drawing randomness for every request)."""
+    """The client's X-Request-Id when it sent a sane one, else a new id."""
 
     def __init__(self) -> None:
-        self._prefix = os.urandom(8).hex()
-        self._counter = itertools.count()
+        self._sequence = IdSequence()
 
     def of(self, request: web.Request) -> str:
         given = request.headers.get("X-Request-Id")
         if given and _REQUEST_ID.match(given):
             return given
-        return f"{self._prefix}{next(self._counter):016x}"
+        return self._sequence.next_id()
 
 
 class RequestFrame:
-    def __init__(self, app: web.Application, metrics: RequestObserver, access_log: AccessLogWriter):
+    def __init__(self, app: web.Application, ledger: RequestLedger):
         self._app = app
-        self._metrics = metrics
-        self._access_log = access_log
+        self._ledger = ledger
         self._ids = RequestIds()
 
     def route(
@@ -111,11 +98,7 @@ class RequestFrame:
                 status = CLIENT_CLOSED
                 raise
             finally:
-                elapsed = time.monotonic() - ctx.started_s
-                cache = str(ctx.cache) if ctx.cache is not None else "none"
-                self._metrics.observe_request(ctx.route, cache, status, elapsed)
-                if self._access_log.enabled:
-                    self._access_log.write(_access_record(request, ctx, status, elapsed))
+                self._ledger.record(request.method, ctx, status, time.monotonic() - ctx.started_s)
 
         return framed
 
@@ -149,40 +132,8 @@ async def _respond(
 
 def _stamp(response: web.StreamResponse, ctx: RequestContext) -> None:
     """Headers every response carries, whichever code path made it."""
-    response.headers["X-Request-Id"] = ctx.request_id
-    if ctx.route in _CACHED_ROUTES and "X-Deja-Cache" not in response.headers:
-        response.headers["X-Deja-Cache"] = str(ctx.cache or CacheOutcome.BYPASS)
-
-
-def _access_record(
-    request: web.Request, ctx: RequestContext, status: int, elapsed_s: float
-) -> dict[str, Any]:
-    # Only the fields that are present: this runs for every request.
-    record: dict[str, Any] = {
-        "ts": round(time.time(), 3),
-        "request_id": ctx.request_id,
-        "method": request.method,
-        "route": ctx.route,
-        "status": status,
-        "latency_ms": round(elapsed_s * 1000, 2),
-    }
-    if ctx.tenant:
-        record["tenant"] = ctx.tenant
-    cache = ctx.cache
-    if cache is not None:
-        record["cache"] = cache.value
-        if ctx.tier is not None:
-            record["tier"] = ctx.tier
-            record["match"] = ctx.match
-        if ctx.entry_id is not None:
-            record["entry"] = ctx.entry_id
-        if cache is not CacheOutcome.HIT:
-            if ctx.degraded is not None:
-                record["degraded"] = ctx.degraded
-            if ctx.coalesced:
-                record["coalesced"] = True
-            if ctx.upstream_status is not None:
-                record["upstream_status"] = ctx.upstream_status
-    if ctx.error_code is not None:
-        record["error"] = ctx.error_code
-    return record
+    headers = response.headers
+    if "X-Request-Id" not in headers:  # responses built from ctx.cache_headers() have it
+        headers["X-Request-Id"] = ctx.request_id
+    if ctx.route in _CACHED_ROUTES and "X-Deja-Cache" not in headers:
+        headers["X-Deja-Cache"] = str(ctx.cache or CacheOutcome.BYPASS)

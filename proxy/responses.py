@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -10,6 +9,7 @@ import orjson
 from aiohttp import web
 
 from core.errors import BreakerOpen, DejaError, RateLimited, UpstreamError, UpstreamProtocolError
+from core.ids import IdSequence
 from normalize.request import CacheRequest, Route
 from proxy.context import RequestContext
 from proxy.entry_builder import without_logprobs
@@ -36,9 +36,8 @@ _NOT_RELAYED = frozenset({"content-type", "date", "server", "x-request-id"})
 Degrader = Callable[[DejaError], Awaitable[web.StreamResponse | None]]
 
 
-def new_response_id(route: Route) -> str:
-    # Unique, not secret: 72 random bits as hex (cheaper than token_urlsafe on every hit).
-    return ("chatcmpl-" if route is Route.CHAT else "cmpl-") + os.urandom(9).hex()
+def new_response_id(route: Route, ids: IdSequence) -> str:
+    return ("chatcmpl-" if route is Route.CHAT else "cmpl-") + ids.next_id()
 
 
 def error_payload(error: DejaError) -> bytes:

@@ -37,6 +37,8 @@ class ServedRequests:
     same one: records are kept per (tenant, request id), and a tenant only ever sees its own.
     The admin, who names no tenant, gets the most recent request with that id."""
 
+    enabled = True
+
     def __init__(self, capacity: int = 100_000) -> None:
         self._capacity = capacity
         self._records: OrderedDict[tuple[str, str], ServedRecord] = OrderedDict()
@@ -63,6 +65,8 @@ class ServedRequests:
 
 class NoServedRequests(ServedRequests):
     """Without the admin API nobody can name a request in feedback: remember nothing."""
+
+    enabled = False
 
     def __init__(self) -> None:
         super().__init__(capacity=0)

@@ -1,0 +1,100 @@
+"""The request ledger: finished requests reach the metrics and the access log, in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import orjson
+
+from proxy.access_log import AccessLog, NoAccessLog
+from proxy.context import CacheOutcome, RequestContext
+from proxy.request_ledger import RequestLedger
+
+
+class Observed:
+    """The metrics seam: what the ledger reported, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int, float]] = []
+
+    def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
+        self.calls.append((route, cache, status, seconds))
+
+
+def hit(request_id: str) -> RequestContext:
+    ctx = RequestContext(request_id, "chat", 0.0, tenant="t-hash")
+    ctx.cache, ctx.tier, ctx.match, ctx.entry_id = CacheOutcome.HIT, "lru_k", "exact", "ab-cd"
+    return ctx
+
+
+def lines(stream: io.BytesIO) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in stream.getvalue().splitlines()]
+
+
+async def test_a_drain_observes_and_logs_every_recorded_request() -> None:
+    observed, stream = Observed(), io.BytesIO()
+    ledger = RequestLedger(observed, AccessLog(stream), interval_s=60)
+    ledger.record("POST", hit("r1"), 200, 0.0015)
+    miss = RequestContext("r2", "chat", 0.0, cache=CacheOutcome.MISS, upstream_status=502)
+    ledger.record("POST", miss, 502, 0.25)
+    ledger.record("GET", RequestContext("r3", "healthz", 0.0), 200, 0.0001)
+    assert observed.calls == [] and stream.getvalue() == b""  # nothing until the batch drains
+
+    ledger.drain()
+    assert observed.calls == [
+        ("chat", "hit", 200, 0.0015),
+        ("chat", "miss", 502, 0.25),
+        ("healthz", "none", 200, 0.0001),
+    ]
+    first, second, third = lines(stream)
+    assert {k: first[k] for k in ("request_id", "method", "status", "cache", "tier", "entry")} == {
+        "request_id": "r1",
+        "method": "POST",
+        "status": 200,
+        "cache": "hit",
+        "tier": "lru_k",
+        "entry": "ab-cd",
+    }
+    assert first["latency_ms"] == 1.5 and first["tenant"] == "t-hash"
+    assert second["upstream_status"] == 502 and "upstream_status" not in first
+    assert "cache" not in third and "tenant" not in third
+
+    ledger.drain()  # nothing new: nothing observed or written twice
+    assert len(observed.calls) == 3 and len(lines(stream)) == 3
+
+
+async def test_the_batch_drains_by_itself_after_the_interval() -> None:
+    observed, stream = Observed(), io.BytesIO()
+    ledger = RequestLedger(observed, AccessLog(stream), interval_s=0.01)
+    ledger.record("POST", hit("r1"), 200, 0.001)
+    await asyncio.sleep(0.05)
+    assert len(observed.calls) == 1 and len(lines(stream)) == 1
+    ledger.record("POST", hit("r2"), 200, 0.001)  # a later request schedules a new drain
+    await asyncio.sleep(0.05)
+    assert [line["request_id"] for line in lines(stream)] == ["r1", "r2"]
+
+
+async def test_a_full_batch_drains_at_once() -> None:
+    observed = Observed()
+    ledger = RequestLedger(observed, NoAccessLog(), interval_s=60, max_pending=3)
+    for i in range(7):
+        ledger.record("POST", hit(f"r{i}"), 200, 0.001)
+    assert len(observed.calls) == 6  # two full batches; the seventh waits for its interval
+
+
+async def test_with_the_access_log_off_the_metrics_still_count() -> None:
+    observed = Observed()
+    ledger = RequestLedger(observed, NoAccessLog(), interval_s=60)
+    ledger.record("POST", hit("r1"), 200, 0.001)
+    ledger.drain()
+    assert observed.calls == [("chat", "hit", 200, 0.001)]
+
+
+async def test_a_stream_that_cannot_be_written_does_not_fail_the_drain() -> None:
+    observed, stream = Observed(), io.BytesIO()
+    ledger = RequestLedger(observed, AccessLog(stream), interval_s=60)
+    stream.close()
+    ledger.record("POST", hit("r1"), 200, 0.001)
+    ledger.drain()
+    assert observed.calls == [("chat", "hit", 200, 0.001)]
