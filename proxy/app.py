@@ -59,6 +59,7 @@ from tiers.stats import CacheStats
 from tiers.thresholds import ThresholdController
 from tiers.ttl import TtlPolicy
 
+_GC_YOUNG_OBJECTS = 10_000
 _log = logging.getLogger("deja.app")
 SWEEP_INTERVAL_S = 30.0
 
@@ -222,6 +223,13 @@ async def _warm_up(deja: Deja) -> None:
     # sight, so a full collection (which pauses the event loop) only walks request garbage.
     gc.collect()
     gc.freeze()
+    # A young generation of 10,000 objects instead of 700: with many requests in flight, each
+    # young collection promoted their live objects towards the old generation, which then
+    # filled up and triggered full collections that walk every cached entry (tens of ms each
+    # with 30,000 entries, a few times a second under load). Measured: GC time during LRU-K
+    # hits on a filled cache fell from 2.8% to 0.4% of the run. Request garbage is nearly all
+    # freed by reference counting; the memory test bounds what cycles may hold.
+    gc.set_threshold(_GC_YOUNG_OBJECTS, 10, 10)
     _log.info("ready")
     if deja.replication is not None:
         await deja.replication.follow()
