@@ -45,6 +45,18 @@ return n
 """
 
 
+# A lookup in one round trip: the entry id an exact or lemma key names, then that entry's
+# record fields. The record's key is built here from the id; both carry the partition's hash
+# tag, so they live in the same Cluster slot.
+#   KEYS: index key   ARGV: key prefix, tag length, field names...
+_GET_BY_KEY = """
+local id = redis.call('GET', KEYS[1])
+if not id then return false end
+local entry = ARGV[1] .. ':{' .. string.sub(id, 1, tonumber(ARGV[2])) .. '}:e:' .. id
+return redis.call('HMGET', entry, unpack(ARGV, 3))
+"""
+
+
 class RedisTier:
     def __init__(self, connection: RedisConnection, config: RedisConfig) -> None:
         self._conn = connection
@@ -52,6 +64,7 @@ class RedisTier:
         self._prefix = config.key_prefix
         self._replace_script: Any = None
         self._delete_script: Any = None
+        self._get_script: Any = None
 
     @property
     def name(self) -> TierName:
@@ -65,10 +78,13 @@ class RedisTier:
 
     async def get(self, key: str) -> Entry | None:
         async with self._conn.guard() as client:
-            entry_id = await client.get(self._index_key(key))
-            if entry_id is None:
-                return None
-            return await self._load(client, entry_id.decode())
+            if self._get_script is None:
+                self._get_script = client.register_script(_GET_BY_KEY)
+            values = await self._get_script(
+                keys=[self._index_key(key)],
+                args=[self._prefix, PARTITION_TAG_CHARS, META, BODY, ANALYSIS],
+            )
+        return _decoded(values)
 
     async def get_by_id(self, entry_id: str) -> Entry | None:
         async with self._conn.guard() as client:
@@ -87,13 +103,7 @@ class RedisTier:
 
     async def _load(self, client: Any, entry_id: str) -> Entry | None:
         # The vector is left out: a hit never needs it, and it is the largest field.
-        values = await client.hmget(self._entry_key(entry_id), [META, BODY, ANALYSIS])
-        if values[0] is None:
-            return None
-        try:
-            return decode_fields(dict(zip((META, BODY, ANALYSIS), values, strict=True)))
-        except CorruptEntry:
-            return None  # another format version or a damaged record: not ours to serve
+        return _decoded(await client.hmget(self._entry_key(entry_id), [META, BODY, ANALYSIS]))
 
     async def put(self, entry: Entry) -> None:
         expire_ms = int(entry.hard_expires_at * 1000)
@@ -188,3 +198,13 @@ class RedisTier:
     @staticmethod
     def _keys_of(entry: Entry) -> list[str]:
         return [entry.exact_key] + ([entry.lemma_key] if entry.lemma_key else [])
+
+
+def _decoded(values: list[bytes | None] | None) -> Entry | None:
+    """An entry from its (meta, body, analysis) fields; None when absent or not ours."""
+    if not values or values[0] is None:
+        return None
+    try:
+        return decode_fields(dict(zip((META, BODY, ANALYSIS), values, strict=True)))
+    except CorruptEntry:
+        return None  # another format version or a damaged record: not ours to serve
