@@ -49,7 +49,7 @@ from proxy.upstream_gate import UpstreamGate
 from proxy.verifier import Verifier
 from proxy.warmup import WarmUp
 from tiers.base import CacheTier
-from tiers.feedback import FeedbackService, NoServedRequests
+from tiers.feedback import FeedbackService, ServedRequests
 from tiers.lru_k import LruKTier
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
@@ -75,7 +75,7 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
     stats = CacheStats()
     deja = _build_core(config, clock, stats)
     if not config.admin.token:
-        deja.served = NoServedRequests()
+        deja.served = ServedRequests(capacity=0)
     features: FeatureSource = deja.features if deja.features is not None else NoFeatureSource()
     gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
     auth = ClientAuth(config.proxy, config.upstream)

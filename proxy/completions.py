@@ -8,7 +8,6 @@ read (auth, body, directives, keys) ─▶ lookup (unless no-cache) ─hit─▶
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -86,9 +85,7 @@ class CompletionHandler:
         if looked_up:
             outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
             if outcome.hit is not None:
-                # A plain call that answers JSON hits at once; only a replay needs awaiting.
-                served = self._serve_hit(request, ctx, read, outcome.hit)
-                return served if isinstance(served, web.StreamResponse) else await served
+                return await self._serve_hit(request, ctx, read, outcome.hit)
             ctx.cache = CacheOutcome.MISS
             self._stats.misses += 1
         else:
@@ -117,9 +114,9 @@ class CompletionHandler:
         with flight.attendance():
             return await FlightWriter(request, ctx, creq, flight, degrade).write()
 
-    def _serve_hit(
+    async def _serve_hit(
         self, request: web.Request, ctx: RequestContext, read: ReadRequest, lookup: Lookup
-    ) -> web.StreamResponse | Awaitable[web.StreamResponse]:
+    ) -> web.StreamResponse:
         entry, creq = lookup.entry, read.cache
         now = self._clock.time()
         ctx.cache = CacheOutcome.HIT
@@ -135,7 +132,7 @@ class CompletionHandler:
             self._verifier.maybe_verify(lookup, lambda: read.upstream_request(_plain(read.body)))
         response_id, created = new_response_id(creq.route, self._response_ids), int(now)
         if creq.stream:
-            return write_replay(request, ctx, entry.completion(response_id, created), creq)
+            return await write_replay(request, ctx, entry.completion(response_id, created), creq)
         return json_response(entry.render_json(response_id, created), ctx)
 
     def _count_hit(self, lookup: Lookup) -> None:

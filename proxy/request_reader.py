@@ -87,12 +87,7 @@ class RequestReader:
     async def read(self, request: web.Request, route: Route) -> ReadRequest:
         headers = request.headers
         api_key = self._auth.client_key(headers)
-        max_bytes = self._config.server.max_body_bytes
-        declared = request.content_length
-        if declared is not None and declared <= max_bytes:
-            raw = await request.read()  # the common case, without read_body's coroutine
-        else:
-            raw = await read_body(request, max_bytes)
+        raw = await read_body(request, self._config.server.max_body_bytes)
         # Everything derived below depends on these and nothing else.
         memo_key = (
             route,

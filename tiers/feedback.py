@@ -37,12 +37,16 @@ class ServedRequests:
     same one: records are kept per (tenant, request id), and a tenant only ever sees its own.
     The admin, who names no tenant, gets the most recent request with that id."""
 
-    enabled = True
-
     def __init__(self, capacity: int = 100_000) -> None:
         self._capacity = capacity
         self._records: OrderedDict[tuple[str, str], ServedRecord] = OrderedDict()
         self._latest: dict[str, str] = {}  # request id → the tenant that used it last
+
+    @property
+    def enabled(self) -> bool:
+        """False with no capacity (no admin API: nobody can name a request in feedback), so
+        callers skip building records that would be dropped at once."""
+        return self._capacity > 0
 
     def remember(self, request_id: str, record: ServedRecord) -> None:
         key = (record.tenant, request_id)
@@ -61,18 +65,6 @@ class ServedRequests:
             if tenant is None:
                 return None
         return self._records.get((tenant, request_id))
-
-
-class NoServedRequests(ServedRequests):
-    """Without the admin API nobody can name a request in feedback: remember nothing."""
-
-    enabled = False
-
-    def __init__(self) -> None:
-        super().__init__(capacity=0)
-
-    def remember(self, request_id: str, record: ServedRecord) -> None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,6 +145,13 @@ def test_served_requests_remember_a_bounded_number_of_recent_requests() -> None:
     assert served.get("r2") is not None
 
 
+def test_served_requests_without_capacity_remember_nothing() -> None:
+    served = ServedRequests(capacity=0)  # no admin API
+    assert not served.enabled and ServedRequests().enabled
+    served.remember("r0", ServedRecord("e0", "t", None, None))
+    assert served.get("r0") is None and served.get("r0", "t") is None
+
+
 def test_served_requests_keep_tenants_apart() -> None:
     served = ServedRequests(capacity=3)
     served.remember("req-1", ServedRecord("e-a", "tenant-a", None, None))
