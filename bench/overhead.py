@@ -1,15 +1,19 @@
 """Proxy overhead: a bare aiohttp server vs Deja serving LRU-K hits, Redis hits and misses.
 
 Everything under test runs on core 0; wrk runs on core 1 (taskset), one thread, at each
-concurrency. The bare server returns exactly the bytes of a Deja hit, so the difference is
-Deja's own work: parsing, keys, lookup, headers, the access log. Misses go through to the stub
+concurrency. The bare server returns exactly the bytes of a Deja hit (its body and its headers),
+so the difference is Deja's own work: parsing, keys, lookup, building the headers, the access
+log. Misses go through to the stub
 upstream (also on core 0). The semantic tier is off here: it only runs after exact keys miss
 (bench/semantic_latency.py measures it).
 
     python bench/overhead.py [--duration-s 4] [--concurrency 1,16,64] [--rounds 5]
 
 The scenarios run in interleaved rounds and each ratio to bare is taken within a round, so a
-change in the shared machine's load between scenarios does not read as overhead.
+change in the shared machine's load between scenarios does not read as overhead. Each run also
+records the CPU time the server under test spent per request (/proc), which time stolen by
+other tenants of a shared machine does not inflate: "× bare CPU" is the bare server's CPU per
+request over the scenario's, the throughput ratio both would reach if both were CPU-bound.
 Targets: LRU-K hits ≥ 50% of the bare server's requests/s; at concurrency 1, LRU-K hit p50 ≤
 bare p50 + 1 ms.
 """
@@ -107,41 +111,42 @@ def main() -> None:
         redis_only_url = f"http://127.0.0.1:{ports['redis_only']}/v1/chat/completions"
         _, headers, _ = post_json(lru_url, REQUEST)
         assert headers["X-Deja-Cache"] == "miss", headers
-        hit_body = _raw_post(lru_url, REQUEST)
+        hit_body, hit_headers = _raw_post(lru_url, REQUEST)
         assert post_json(redis_only_url, REQUEST)[1]["X-Deja-Tier"] == "redis"
 
         body_file = Path(tempfile.mkstemp(suffix=".json")[1])
         body_file.write_bytes(hit_body)
-        bare = Process(
-            "bare",
-            pinned(
-                SERVER_CORE, [PYTHON, "bench/bare_server.py", str(ports["bare"]), str(body_file)]
-            ),
-        )
+        headers_file = Path(tempfile.mkstemp(suffix=".json")[1])
+        headers_file.write_text(json.dumps(hit_headers))
+        bare_argv = [PYTHON, "bench/bare_server.py", str(ports["bare"]), str(body_file)]
+        bare = Process("bare", pinned(SERVER_CORE, [*bare_argv, str(headers_file)]))
         procs.append(bare)
         bare.wait_http(f"http://127.0.0.1:{ports['bare']}/healthz")
 
         fixed = wrk_post_script(json.dumps(REQUEST).encode())
         unique = dict(REQUEST, messages=[{"role": "user", "content": "Question number __N__?"}])
         misses = wrk_post_script(json.dumps(unique).encode(), unique_prompt=True)
+        bare_url = f"http://127.0.0.1:{ports['bare']}/v1/chat/completions"
+        lru_pid, redis_only_pid = procs[2].proc.pid, procs[3].proc.pid
         scenarios = [
-            ("bare aiohttp", f"http://127.0.0.1:{ports['bare']}/v1/chat/completions", fixed),
-            ("LRU-K hit", lru_url, fixed),
-            ("Redis hit", redis_only_url, fixed),
-            ("miss (stub upstream)", lru_url, misses),
+            ("bare aiohttp", bare_url, fixed, bare.proc.pid),
+            ("LRU-K hit", lru_url, fixed, lru_pid),
+            ("Redis hit", redis_only_url, fixed, redis_only_pid),
+            ("miss (stub upstream)", lru_url, misses, lru_pid),
         ]
-        for _, url, script in scenarios:
+        for _, url, script, _ in scenarios:
             run_wrk(url, script, 4, 1.0, WRK_CORE)  # warm-up
         # Rounds interleave the scenarios, so a change in the machine's load shows up in the
         # baseline of the same round too: each ratio to bare is taken within a round, and the
         # table reports the median over rounds (and their range).
         runs: dict[str, dict[int, list[WrkResult]]] = {
-            name: {c: [] for c in levels} for name, _, _ in scenarios
+            name: {c: [] for c in levels} for name, _, _, _ in scenarios
         }
         for _ in range(args.rounds):
             for c in levels:
-                for name, url, script in scenarios:
-                    runs[name][c].append(run_wrk(url, script, c, args.duration_s, WRK_CORE))
+                for name, url, script, pid in scenarios:
+                    result = run_wrk(url, script, c, args.duration_s, WRK_CORE, server_pid=pid)
+                    runs[name][c].append(result)
     finally:
         for proc in reversed(procs):
             proc.close()
@@ -156,7 +161,12 @@ def _median(values: list[float]) -> float:
     return (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def _raw_post(url: str, payload: Any) -> bytes:
+# Headers every aiohttp response gets from aiohttp itself; the bare server adds its own.
+_FRAMING_HEADERS = frozenset({"content-length", "date", "server", "connection"})
+
+
+def _raw_post(url: str, payload: Any) -> tuple[bytes, dict[str, str]]:
+    """A hit's body and the headers Deja chose for it."""
     import urllib.request
 
     request = urllib.request.Request(
@@ -164,7 +174,12 @@ def _raw_post(url: str, payload: Any) -> bytes:
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.headers["X-Deja-Cache"] == "hit"
-        return bytes(response.read())
+        headers = {
+            name: value
+            for name, value in response.headers.items()
+            if name.lower() not in _FRAMING_HEADERS
+        }
+        return bytes(response.read()), headers
 
 
 def report(runs: dict[str, dict[int, list[WrkResult]]], levels: list[int]) -> None:
@@ -176,12 +191,21 @@ def report(runs: dict[str, dict[int, list[WrkResult]]], levels: list[int]) -> No
             ratios = [
                 r.requests_per_s / b.requests_per_s for r, b in zip(rounds, bare[c], strict=True)
             ]
+            cpu_ratios = [
+                b.server_cpu_us_per_request / r.server_cpu_us_per_request
+                for r, b in zip(rounds, bare[c], strict=True)
+                if r.server_cpu_us_per_request and b.server_cpu_us_per_request
+            ]
             cell = {
                 "requests_per_s": _median([r.requests_per_s for r in rounds]),
                 "p50_ms": _median([r.p50_ms for r in rounds]),
                 "p99_ms": _median([r.p99_ms for r in rounds]),
                 "ratio_to_bare": _median(ratios),
                 "ratios_by_round": ratios,
+                "server_cpu_us_per_request": _median(
+                    [r.server_cpu_us_per_request or 0.0 for r in rounds]
+                ),
+                "cpu_ratio_to_bare": _median(cpu_ratios) if cpu_ratios else None,
                 "errors": sum(r.errors for r in rounds),
                 "generator_cpu_share": _median([r.generator_cpu_share for r in rounds]),
                 "rounds": [asdict(r) for r in rounds],
@@ -196,6 +220,8 @@ def report(runs: dict[str, dict[int, list[WrkResult]]], levels: list[int]) -> No
                     cell["p99_ms"],
                     cell["ratio_to_bare"],
                     f"{min(ratios):.2f}–{max(ratios):.2f}",
+                    round(cell["server_cpu_us_per_request"]),
+                    cell["cpu_ratio_to_bare"],
                     cell["errors"],
                     f"{cell['generator_cpu_share']:.0%}",
                 ]
@@ -211,6 +237,8 @@ def report(runs: dict[str, dict[int, list[WrkResult]]], levels: list[int]) -> No
             "p99 ms",
             "× bare req/s",
             "× bare, range",
+            "CPU µs/req",
+            "× bare CPU",
             "errors",
             "wrk CPU",
         ],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from normalize.meaning import Analysis
 from normalize.request import PARTITION_TAG_CHARS, Route
@@ -166,3 +166,13 @@ class CacheTier(Protocol):
         ...
 
     async def count(self) -> int: ...
+
+
+@runtime_checkable
+class InProcessTier(CacheTier, Protocol):
+    """A tier held in this process's memory. It also answers a lookup without an await: the
+    cache service asks it first that way, so an in-process hit costs no coroutines."""
+
+    def get_now(self, key: str) -> Entry | None:
+        """What `get` returns, synchronously."""
+        ...

@@ -36,9 +36,12 @@ class LruKTier:
     def bytes_used(self) -> int:
         return self._bytes
 
-    async def get(self, key: str) -> Entry | None:
+    def get_now(self, key: str) -> Entry | None:
         entry_id = self._ids_by_key.get(key)
         return None if entry_id is None else self._touch(entry_id)
+
+    async def get(self, key: str) -> Entry | None:
+        return self.get_now(key)
 
     async def get_by_id(self, entry_id: str) -> Entry | None:
         return self._touch(entry_id)

@@ -10,7 +10,12 @@ as one (the "correlated reference period"): a burst of retries is not popularity
 The policy never sees values or time sources: callers pass `now`.
 
     cold: OrderedDict  resident keys with < K accesses, by last access   (victims first)
-    hot:  heap         (K-th most recent access, seq, key), lazily pruned
+    hot:  heap         (K-th most recent access as of its push, seq, key), one item per key
+
+An access only appends to the key's history: it moves the key's K-th most recent access later,
+never earlier, so the time in the key's heap item stays a lower bound of the true one. Choosing
+a victim pops the top; if its time is out of date it goes back with the true time, otherwise it
+is the true minimum. A hit therefore costs O(1), and the heap work is paid only on eviction.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class LruKPolicy(Generic[K]):
         self._retained: OrderedDict[K, deque[float]] = OrderedDict()  # evicted keys' history
         self._cold: OrderedDict[K, None] = OrderedDict()
         self._hot: list[tuple[float, int, K]] = []
+        self._queued: set[K] = set()  # keys with an item in the heap
         self._seq = itertools.count()
 
     def __len__(self) -> int:
@@ -68,10 +74,13 @@ class LruKPolicy(Generic[K]):
             self._cold[key] = None
             self._cold.move_to_end(key)
             return
-        self._cold.pop(key, None)
-        heapq.heappush(self._hot, (times[0], next(self._seq), key))
-        if len(self._hot) > 4 * len(self._history) + 64:
-            self._compact()
+        if self._cold:
+            self._cold.pop(key, None)
+        if key not in self._queued:
+            self._queued.add(key)
+            heapq.heappush(self._hot, (times[0], next(self._seq), key))
+            if len(self._hot) > 2 * len(self._history) + 64:
+                self._compact()
 
     def backward_k_distance(self, key: K, now: float) -> float:
         times = self._history[key]
@@ -88,11 +97,14 @@ class LruKPolicy(Generic[K]):
         skipped: list[tuple[float, int, K]] = []
         victim: K | None = None
         while self._hot:
-            item = self._hot[0]
-            kth_time, _, key = item
+            kth_time, _, key = self._hot[0]
             times = self._history.get(key)
-            if times is None or len(times) != self._k or times[0] != kth_time:
-                heapq.heappop(self._hot)  # stale: the key was accessed again or left
+            if times is None or len(times) != self._k:
+                heapq.heappop(self._hot)  # the key left
+                self._queued.discard(key)
+                continue
+            if times[0] != kth_time:  # accessed since it was pushed: back in, at its true time
+                heapq.heapreplace(self._hot, (times[0], next(self._seq), key))
                 continue
             if key == exclude:
                 skipped.append(heapq.heappop(self._hot))
@@ -121,7 +133,8 @@ class LruKPolicy(Generic[K]):
         self._retained.pop(key, None)
 
     def _compact(self) -> None:
-        # Stale heap items are dropped lazily; rebuild when they dominate so memory stays bounded.
+        # Items of keys that left are dropped lazily; rebuild when they dominate, so memory
+        # stays bounded.
         live = [
             (times[0], next(self._seq), key)
             for key, times in self._history.items()
@@ -129,3 +142,4 @@ class LruKPolicy(Generic[K]):
         ]
         heapq.heapify(live)
         self._hot = live
+        self._queued = {key for _, _, key in live}

@@ -1,7 +1,8 @@
 """The lookup chain, fill-back and write-through over the tiers.
 
     lookup:  LRU-K ─exact─▶ Redis ─exact─▶ LRU-K ─lemma─▶ Redis ─lemma─▶ semantic ─▶ miss
-             (a hit in a lower tier is copied into the tiers above it: fill-back)
+             (a hit in a lower tier is copied into the tiers above it: fill-back; an
+             in-process first tier is asked synchronously, so its hits cost no coroutines)
     store:   every key-value tier, then the semantic index and the replication log
 
 A tier that is unreachable is skipped (and counted); it never fails a request. Entries that
@@ -19,7 +20,15 @@ from core.clock import Clock
 from core.errors import TierUnavailable
 from normalize.features import PromptFeatures
 from normalize.request import CacheRequest
-from tiers.base import CacheTier, Entry, Invalidation, Lookup, MatchKind, TierName
+from tiers.base import (
+    CacheTier,
+    Entry,
+    InProcessTier,
+    Invalidation,
+    Lookup,
+    MatchKind,
+    TierName,
+)
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
 from tiers.semantic_base import NullSemanticIndex, SemanticIndex
 from tiers.stats import CacheStats
@@ -45,6 +54,8 @@ class CacheService:
         replication: Replication | None = None,
     ) -> None:
         self._tiers = list(tiers)
+        first = self._tiers[0] if self._tiers else None
+        self._memory = first if isinstance(first, InProcessTier) else None
         self._clock = clock
         self._stats = stats
         self._semantic: SemanticIndex = semantic or NullSemanticIndex()
@@ -72,27 +83,56 @@ class CacheService:
         self, request: CacheRequest, features: PromptFeatures, max_age_s: float | None = None
     ) -> LookupOutcome:
         now = self._clock.time()
-        hit, stale = await self._kv_lookup(
+        hit, stale = self._memory_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s
+        )
+        if hit is not None:
+            return LookupOutcome(hit, stale)
+        hit, stale = await self._kv_lookup(
+            request, request.exact_key, MatchKind.EXACT, now, max_age_s, stale
         )
         if hit is not None or not features.semantic_allowed():
             return LookupOutcome(hit, stale)
         analysis = await features.analysis()
         if analysis is not None and analysis.lemma_key is not None:
-            hit, lemma_stale = await self._kv_lookup(
-                request, analysis.lemma_key, MatchKind.LEMMA, now, max_age_s
-            )
+            key = analysis.lemma_key
+            hit, lemma_stale = self._memory_lookup(request, key, MatchKind.LEMMA, now, max_age_s)
+            if hit is None:
+                hit, lemma_stale = await self._kv_lookup(
+                    request, key, MatchKind.LEMMA, now, max_age_s, lemma_stale
+                )
             stale = stale or lemma_stale
             if hit is not None:
                 return LookupOutcome(hit, stale)
         hit = await self._semantic_lookup(request, features, now, max_age_s)
         return LookupOutcome(hit, stale)
 
-    async def _kv_lookup(
+    def _memory_lookup(
         self, request: CacheRequest, key: str, match: MatchKind, now: float, max_age_s: float | None
     ) -> tuple[Lookup | None, Lookup | None]:
-        stale: Lookup | None = None
-        for depth, tier in enumerate(self._tiers):
+        """The in-process tier's (hit, stale), asked without an await."""
+        memory = self._memory
+        if memory is None:
+            return None, None
+        entry = memory.get_now(key)
+        if entry is None or entry.partition != request.partition:
+            return None, None
+        if self._acceptable(entry, now, max_age_s):
+            return Lookup(entry, memory.name, match), None
+        return None, (None if entry.is_gone(now) else Lookup(entry, memory.name, match))
+
+    async def _kv_lookup(
+        self,
+        request: CacheRequest,
+        key: str,
+        match: MatchKind,
+        now: float,
+        max_age_s: float | None,
+        stale: Lookup | None,
+    ) -> tuple[Lookup | None, Lookup | None]:
+        """The remaining tiers, in order, after `_memory_lookup` (which found `stale`)."""
+        start = 0 if self._memory is None else 1
+        for depth, tier in enumerate(self._tiers[start:], start):
             try:
                 entry = await tier.get(key)
             except TierUnavailable:

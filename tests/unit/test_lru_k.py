@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from core.clock import ManualClock
@@ -94,6 +96,42 @@ def test_retained_history_is_bounded() -> None:
     policy.evict("b")  # pushes a's history out
     policy.admit("a", 5.0)
     assert policy.backward_k_distance("a", 6.0) == float("inf")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_victims_match_the_definition_under_random_traffic(seed: int) -> None:
+    """Against a brute-force LRU-K (every key's full access history kept): the victim is the
+    least recently used key with fewer than K accesses, else the key whose K-th most recent
+    access is oldest. Deletions (forget) and readmissions with retained history included."""
+    rng, k = random.Random(seed), 2
+    policy: LruKPolicy[int] = LruKPolicy(k, history_capacity=10**6)
+    history: dict[int, list[float]] = {}  # the definition's own bookkeeping
+    resident: set[int] = set()
+
+    def expected() -> int:
+        cold = [key for key in resident if len(history[key]) < k]
+        if cold:
+            return min(cold, key=lambda key: history[key][-1])
+        return min(resident, key=lambda key: history[key][-k])
+
+    for step in range(3000):
+        t, key = float(step), rng.randrange(40)
+        history.setdefault(key, []).append(t)
+        if key in resident:
+            policy.record_access(key, t)
+        else:
+            resident.add(key)
+            policy.admit(key, t)
+        if rng.random() < 0.05:  # a deletion: the key and its history go
+            gone = rng.choice(sorted(resident))
+            policy.forget(gone)
+            resident.discard(gone)
+            del history[gone]
+        while len(resident) > 12:
+            victim = policy.choose_victim()
+            assert victim == expected(), f"step {step}"
+            policy.evict(victim)
+            resident.discard(victim)
 
 
 def entry(

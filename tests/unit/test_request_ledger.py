@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 
 import orjson
 
@@ -62,6 +63,16 @@ async def test_a_drain_observes_and_logs_every_recorded_request() -> None:
 
     ledger.drain()  # nothing new: nothing observed or written twice
     assert len(observed.calls) == 3 and len(lines(stream)) == 3
+
+
+async def test_a_line_is_stamped_with_the_wall_clock_time_its_request_finished() -> None:
+    stream = io.BytesIO()
+    ledger = RequestLedger(Observed(), AccessLog(stream), interval_s=60)
+    # Started 2 s ago on the monotonic clock, took 0.5 s: it finished 1.5 s ago.
+    ledger.record("POST", RequestContext("r1", "chat", time.monotonic() - 2.0), 200, 0.5)
+    ledger.drain()
+    (line,) = lines(stream)
+    assert abs(float(str(line["ts"])) - (time.time() - 1.5)) < 0.05
 
 
 async def test_the_batch_drains_by_itself_after_the_interval() -> None:
