@@ -9,7 +9,7 @@ import pytest
 
 from core.clock import ManualClock
 from core.config import LruKConfig, TtlConfig, VerifyConfig
-from normalize.request import Route
+from tests.support.entries import TAG, make_entry
 from tiers.base import Entry, MatchKind
 from tiers.feedback import FeedbackService, ServedRecord, ServedRequests
 from tiers.lru_k import LruKTier
@@ -17,8 +17,6 @@ from tiers.service import CacheService
 from tiers.stats import CacheStats
 from tiers.thresholds import ThresholdController
 from tiers.ttl import TtlPolicy
-
-TAG = "0" * 16
 
 
 class World:
@@ -36,18 +34,11 @@ class World:
         )
 
     async def stored(self, confidence: float = 1.0, certainty: float = 1.0) -> Entry:
-        entry = Entry(
-            entry_id=f"{TAG}-e1",
-            route=Route.CHAT,
-            tenant="t",
-            namespace="",
-            model="m",
+        entry = make_entry(
+            "e1",
             partition=TAG + "p",
             exact_key="k1",
-            lemma_key=None,
-            body=b'{"choices":[]}',
             stored_at=self.clock.time(),
-            ttl_s=300.0,
             grace_s=3600.0,
             confidence=confidence,
             certainty=certainty,

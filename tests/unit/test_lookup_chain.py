@@ -10,12 +10,12 @@ from core.clock import ManualClock
 from core.config import LruKConfig
 from normalize.features import NoFeatures
 from normalize.request import CacheRequest, Route
+from tests.support.entries import TAG, make_entry
 from tiers.base import Entry, MatchKind, TierName
 from tiers.lru_k import LruKTier
 from tiers.service import CacheService
 from tiers.stats import CacheStats
 
-TAG = "0" * 16
 PARTITION = TAG + "p" * 48
 REQUEST = CacheRequest(
     route=Route.CHAT,
@@ -48,16 +48,10 @@ class World:
         self.service = CacheService([self.memory, self.shared], self.clock, CacheStats())
 
     def entry(self, name: str, ttl_s: float = 300.0, partition: str = PARTITION) -> Entry:
-        return Entry(
-            entry_id=f"{TAG}-{name}",
-            route=Route.CHAT,
-            tenant="t",
-            namespace="",
-            model="m",
+        return make_entry(
+            name,
             partition=partition,
             exact_key=REQUEST.exact_key,
-            lemma_key=None,
-            body=b'{"choices":[]}',
             stored_at=self.clock.time(),
             ttl_s=ttl_s,
             grace_s=600.0,

@@ -8,7 +8,7 @@ import pytest
 
 from core.clock import ManualClock
 from core.config import LruKConfig
-from normalize.request import Route
+from tests.support.entries import make_entry
 from tiers.base import Entry
 from tiers.lru_k import LruKTier
 from tiers.lru_k_policy import LruKPolicy
@@ -137,20 +137,7 @@ def test_victims_match_the_definition_under_random_traffic(seed: int) -> None:
 def entry(
     key: str, body_bytes: int = 10, ttl_s: float = 300.0, stored_at: float = 1_700_001_000.0
 ) -> Entry:
-    return Entry(
-        entry_id=f"{TAG}-{key}",
-        route=Route.CHAT,
-        tenant="t",
-        namespace="",
-        model="m",
-        partition=TAG + "p" * 48,
-        exact_key=TAG + key,
-        lemma_key=None,
-        body=b"{" + b"x" * body_bytes + b"}",
-        stored_at=stored_at,
-        ttl_s=ttl_s,
-        grace_s=60.0,
-    )
+    return make_entry(key, body=b"{" + b"x" * body_bytes + b"}", stored_at=stored_at, ttl_s=ttl_s)
 
 
 async def test_tier_evicts_by_lru_k_when_over_entry_count() -> None:
