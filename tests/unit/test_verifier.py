@@ -19,19 +19,17 @@ from core.clock import ManualClock
 from core.config import LruKConfig, UpstreamConfig, VerifyConfig
 from core.errors import DejaError
 from fallback.breaker import AlwaysClosedBreaker
-from normalize.request import Route
 from proxy.admission import AdmissionControl
 from proxy.upstream import UpstreamClient, UpstreamRequest
 from proxy.upstream_gate import UpstreamGate
 from proxy.verifier import AnswerEmbedder, Verdict, Verifier, answer_of, compare_answers
+from tests.support.entries import TAG, make_entry
 from tests.support.stub_upstream import StubUpstream
-from tiers.base import Entry, Lookup, MatchKind, TierName
+from tiers.base import Lookup, MatchKind, TierName
 from tiers.lru_k import LruKTier
 from tiers.service import CacheService
 from tiers.stats import CacheStats
 from tiers.thresholds import ThresholdController
-
-TAG = "0" * 16
 
 
 def chat(content: str | None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -137,18 +135,12 @@ class World:
     async def hit(self, cached_answer: str, similarity: float = 0.9) -> Lookup:
         body = chat(cached_answer) | {"model": "m"}
         body["choices"][0]["finish_reason"] = "stop"
-        entry = Entry(
-            entry_id=f"{TAG}-e1",
-            route=Route.CHAT,
-            tenant="t",
-            namespace="",
-            model="m",
+        entry = make_entry(
+            "e1",
             partition=TAG + "p",
             exact_key="k1",
-            lemma_key=None,
             body=orjson.dumps({k: v for k, v in body.items() if k != "id"}),
             stored_at=self.clock.time(),
-            ttl_s=300.0,
             grace_s=3600.0,
             threshold=0.80,
         )
