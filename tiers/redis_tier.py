@@ -62,9 +62,7 @@ class RedisTier:
         self._conn = connection
         self._config = config
         self._prefix = config.key_prefix
-        self._replace_script: Any = None
-        self._delete_script: Any = None
-        self._get_script: Any = None
+        self._scripts: dict[str, Any] = {}  # Lua source → its registered script
 
     @property
     def name(self) -> TierName:
@@ -76,11 +74,17 @@ class RedisTier:
     def _index_key(self, key: str) -> str:
         return f"{self._prefix}:{{{key[:PARTITION_TAG_CHARS]}}}:k:{key}"
 
+    def _script(self, client: Any, source: str) -> Any:
+        """`source` registered once (redis-py then runs it by SHA, loading it again if the
+        server lost its script cache)."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = client.register_script(source)
+        return script
+
     async def get(self, key: str) -> Entry | None:
         async with self._conn.guard() as client:
-            if self._get_script is None:
-                self._get_script = client.register_script(_GET_BY_KEY)
-            values = await self._get_script(
+            values = await self._script(client, _GET_BY_KEY)(
                 keys=[self._index_key(key)],
                 args=[self._prefix, PARTITION_TAG_CHARS, META, BODY, ANALYSIS],
             )
@@ -125,9 +129,8 @@ class RedisTier:
             argv += [name, value]
         keys = [self._entry_key(entry.entry_id), *map(self._index_key, self._keys_of(entry))]
         async with self._conn.guard() as client:
-            if self._replace_script is None:
-                self._replace_script = client.register_script(_REPLACE_IF_PRESENT)
-            return bool(await self._replace_script(keys=keys, args=argv))
+            script = self._script(client, _REPLACE_IF_PRESENT)
+            return bool(await script(keys=keys, args=argv))
 
     async def delete(self, entry_id: str) -> bool:
         entry_key = self._entry_key(entry_id)
@@ -138,9 +141,8 @@ class RedisTier:
             parsed = json.loads(meta)
             index = [parsed.get("exact_key"), parsed.get("lemma_key")]
             keys = [entry_key, *(self._index_key(k) for k in index if k)]
-            if self._delete_script is None:
-                self._delete_script = client.register_script(_DELETE_WITH_KEYS)
-            return bool(await self._delete_script(keys=keys, args=[entry_id]))
+            script = self._script(client, _DELETE_WITH_KEYS)
+            return bool(await script(keys=keys, args=[entry_id]))
 
     async def invalidate(self, selector: Invalidation) -> int:
         doomed: list[str] = []
