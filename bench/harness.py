@@ -165,17 +165,16 @@ def run_wrk(
         if found:
             errors += sum(int(g) for g in found.groups())
     assert rps and total, output
+    requests = int(total.group(1))
     return WrkResult(
         requests_per_s=float(rps.group(1)),
         p50_ms=_latency_ms(output, "50"),
         p99_ms=_latency_ms(output, "99"),
-        requests=int(total.group(1)),
+        requests=requests,
         errors=errors,
         generator_cpu_share=(usage.ru_utime + usage.ru_stime) / wall_s,
         server_cpu_us_per_request=(
-            server_cpu_s * 1e6 / int(total.group(1))
-            if server_pid is not None and int(total.group(1))
-            else None
+            server_cpu_s * 1e6 / requests if server_pid is not None and requests else None
         ),
     )
 

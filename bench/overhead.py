@@ -88,6 +88,7 @@ def main() -> None:
         )
         upstream = f"http://127.0.0.1:{ports['stub']}/v1"
         common = {"DEJA_SEMANTIC__ENABLED": "false", "DEJA_CACHE__TENANT_SECRET": "bench"}
+        proxies: dict[str, Process] = {}
         for name, extra in (("lru", {}), ("redis_only", {"DEJA_LRU_K__ENABLED": "false"})):
             argv = [
                 PYTHON,
@@ -101,11 +102,12 @@ def main() -> None:
                 "--redis",
                 redis_url,
             ]
-            procs.append(
-                Process(f"proxy-{name}", pinned(SERVER_CORE, argv), env={**common, **extra})
+            proxies[name] = Process(
+                f"proxy-{name}", pinned(SERVER_CORE, argv), env={**common, **extra}
             )
-        for proc, port in zip(procs[2:], (ports["lru"], ports["redis_only"]), strict=True):
-            proc.wait_http(f"http://127.0.0.1:{port}/readyz")
+            procs.append(proxies[name])
+        for name, proxy in proxies.items():
+            proxy.wait_http(f"http://127.0.0.1:{ports[name]}/readyz")
 
         lru_url = f"http://127.0.0.1:{ports['lru']}/v1/chat/completions"
         redis_only_url = f"http://127.0.0.1:{ports['redis_only']}/v1/chat/completions"
@@ -127,7 +129,7 @@ def main() -> None:
         unique = dict(REQUEST, messages=[{"role": "user", "content": "Question number __N__?"}])
         misses = wrk_post_script(json.dumps(unique).encode(), unique_prompt=True)
         bare_url = f"http://127.0.0.1:{ports['bare']}/v1/chat/completions"
-        lru_pid, redis_only_pid = procs[2].proc.pid, procs[3].proc.pid
+        lru_pid, redis_only_pid = proxies["lru"].proc.pid, proxies["redis_only"].proc.pid
         scenarios = [
             ("bare aiohttp", bare_url, fixed, bare.proc.pid),
             ("LRU-K hit", lru_url, fixed, lru_pid),
