@@ -11,7 +11,7 @@ import pytest
 
 from core.clock import SystemClock
 from core.config import LruKConfig, RedisConfig
-from normalize.request import Route
+from tests.support.entries import make_entry as shared_entry
 from tiers.base import CacheTier, Entry, Invalidation
 from tiers.lru_k import LruKTier
 from tiers.redis_connection import RedisConnection
@@ -21,12 +21,11 @@ TAG = "ab" * 8
 
 
 def make_entry(name: str, **fields: object) -> Entry:
+    """The shared builder's entry under this suite's own tag, with a lemma key, an analysis
+    and a body that names it."""
     values: dict[str, object] = {
         "entry_id": f"{TAG}-{name}",
-        "route": Route.CHAT,
         "tenant": "tenant-1",
-        "namespace": "",
-        "model": "m",
         "partition": TAG + "0" * 48,
         "exact_key": f"{TAG}x{name}",
         "lemma_key": f"{TAG}l{name}",
@@ -34,12 +33,9 @@ def make_entry(name: str, **fields: object) -> Entry:
         + name.encode()
         + b'"}}]}',
         "stored_at": time.time(),
-        "ttl_s": 300.0,
-        "grace_s": 60.0,
         "analysis": '{"v":1}',
     }
-    values.update(fields)
-    return Entry(**values)  # type: ignore[arg-type]
+    return shared_entry(name, **{**values, **fields})
 
 
 @pytest.fixture(params=["lru_k", "redis"])
