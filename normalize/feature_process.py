@@ -15,8 +15,11 @@ embedding process (`semantic.embedding_workers`) gives it a second core when the
 Batching: requests queue in the parent, one queue per model; whenever a worker has no batch in
 flight, it gets a share of what is queued (at most `semantic.batch_max`), split evenly between
 the idle workers. While they work the next batches fill, so batch size follows the load with no
-timer on the hot path. Workers run at a lower CPU priority than the proxy (nice 10), so when the
-cores are contended the event loop (cache hits, streams) goes first.
+timer on the hot path. Workers run at a lower CPU priority than the proxy (SCHED_IDLE, else
+nice 19), so when the cores are contended the event loop (cache hits, streams) goes first.
+Background texts (answers embedded for stored entries and for verification) wait until no
+lookup is queued, go in small batches, and leave one worker of a pool of several free for
+lookups.
 
 If a worker dies, its waiting requests fail with FeatureWorkerUnavailable (callers then fall
 back to exact matches) and it is started again in the background.
@@ -46,6 +49,8 @@ _log = logging.getLogger("deja.features")
 ANALYZE, EMBED = "analyze", "embed"
 # How much lower than the proxy the models run in CPU priority.
 NICENESS = 19
+# Background texts (answers, often far longer than prompts) per batch.
+_BACKGROUND_BATCH = 2
 
 
 class FeatureWorkerUnavailable(DejaError):
@@ -67,6 +72,7 @@ class ParsedPrompt:
 class _Job:
     text: str
     future: asyncio.Future[Any]
+    background: bool = False
 
 
 @dataclass(slots=True)
@@ -89,6 +95,7 @@ class WorkerPool:
         self._children: list[_Child] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: list[_Job] = []
+        self._background: list[_Job] = []
         self._ids = itertools.count()
         self._closing = False
         self._restarting: set[int] = set()
@@ -133,8 +140,8 @@ class WorkerPool:
 
     async def close(self) -> None:
         self._closing = True
-        self._fail(self._queue, f"the {self._kind} workers were closed")
-        self._queue = []
+        self._fail(self._queue + self._background, f"the {self._kind} workers were closed")
+        self._queue, self._background = [], []
         for child in self._children:
             child.alive = False
             self._fail([j for batch in child.in_flight.values() for j in batch], "closed")
@@ -145,23 +152,35 @@ class WorkerPool:
                 child.process.kill()
                 await asyncio.to_thread(child.process.join, 5)
 
-    def submit(self, text: str) -> asyncio.Future[Any]:
+    def submit(self, text: str, background: bool = False) -> asyncio.Future[Any]:
+        """Queue `text`; `background` work (answers to embed for stored entries and for
+        verification) runs only when no lookup is waiting, so it never delays a request."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not self.ready:
             self._restart_dead()
             future.set_exception(FeatureWorkerUnavailable(f"no {self._kind} worker is running"))
             return future
-        self._queue.append(_Job(text, future))
+        (self._background if background else self._queue).append(_Job(text, future, background))
         self._dispatch()
         return future
 
     def _dispatch(self) -> None:
-        """Give idle workers an even share of what is queued."""
+        """Give idle workers an even share of what is queued: lookups first; background work
+        in small batches, and never on the last idle worker of a pool of several, so a lookup
+        that arrives meanwhile waits at most for one small batch."""
         self._queue = [job for job in self._queue if not job.future.done()]
+        self._background = [job for job in self._background if not job.future.done()]
         idle = [c for c in self._children if c.alive and not c.in_flight]
-        while self._queue and idle:
-            share = min(self._config.batch_max, math.ceil(len(self._queue) / len(idle)))
-            batch, self._queue = self._queue[:share], self._queue[share:]
+        while idle and (self._queue or self._background):
+            if self._queue:
+                source = self._queue
+                share = min(self._config.batch_max, math.ceil(len(source) / len(idle)))
+            elif self._size == 1 or self._background_workers() < self._size - 1:
+                source, share = self._background, _BACKGROUND_BATCH
+            else:
+                return
+            batch = source[:share]
+            del source[:share]
             child = idle.pop()
             batch_id = next(self._ids)
             child.in_flight[batch_id] = batch
@@ -169,6 +188,13 @@ class WorkerPool:
                 child.conn.send((batch_id, [job.text for job in batch]))
             except (OSError, ValueError) as exc:
                 self._died(child, f"sending to the {self._kind} worker failed: {exc}")
+
+    def _background_workers(self) -> int:
+        return sum(
+            1
+            for child in self._children
+            if any(job.background for batch in child.in_flight.values() for job in batch)
+        )
 
     def _read(self, child: _Child) -> None:
         assert self._loop is not None
@@ -219,8 +245,8 @@ class WorkerPool:
         self._fail([job for batch in child.in_flight.values() for job in batch], why)
         child.in_flight.clear()
         if not self.ready:
-            self._fail(self._queue, why)
-            self._queue = []
+            self._fail(self._queue + self._background, why)
+            self._queue, self._background = [], []
         self._restart_dead()
         self._dispatch()
 
@@ -283,8 +309,8 @@ class FeatureProcess:
         )
         return ParsedPrompt(Analysis.from_wire(wire), wire, key_material), vector
 
-    async def embed(self, text: str) -> np.ndarray:
-        vector: np.ndarray = await self._embedder.submit(text)
+    async def embed(self, text: str, background: bool = False) -> np.ndarray:
+        vector: np.ndarray = await self._embedder.submit(text, background)
         return vector
 
 

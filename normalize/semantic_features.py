@@ -50,8 +50,9 @@ class SemanticFeatureSource:
         await self._process.close()
 
     async def embed(self, text: str) -> np.ndarray:
-        """An embedding of any text (the verifier compares answers with it)."""
-        return await self._process.embed(text)
+        """An embedding of an answer (the verifier and the semantic tier compare answers with
+        it): background work, queued behind every prompt a lookup waits for."""
+        return await self._process.embed(text, background=True)
 
     def for_request(self, request: CacheRequest, loose_matching: bool) -> PromptFeatures:
         text = request.prompt_text
