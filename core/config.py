@@ -159,6 +159,11 @@ class SemanticConfig:
     embedding_workers: int = 2
     # How many nearest neighbours to test against the guards.
     candidates: int = 4
+    # Refuse a semantic hit when another neighbour within this much cosine of the best one asks
+    # the same question (by the guards) but was answered differently (answer vectors below
+    # verify.answer_agreement): the cache holds two answers for one question, so neither is
+    # safe to serve. 0 turns the check off. See docs/semantic-quality.md.
+    answer_margin: float = 0.10
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,7 +159,7 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
         flights=FlightRegistry(),
         telemetry=Telemetry(config.telemetry, stats, lambda: deja.gauges()),
         ttl=ttl,
-        entries=EntryBuilder(config, ttl, thresholds, clock),
+        entries=EntryBuilder(config, ttl, thresholds, clock, features),
         lru=lru,
         redis=redis,
         redis_tier=redis_tier,

@@ -16,6 +16,7 @@ from core.clock import Clock
 from core.config import DejaConfig
 from normalize.features import PromptFeatures
 from normalize.request import CacheRequest, Route
+from proxy.answers import AnswerEmbedder, answer_vector
 from tiers.base import Entry
 from tiers.thresholds import ThresholdController
 from tiers.ttl import (
@@ -28,12 +29,18 @@ from tiers.ttl import (
 
 class EntryBuilder:
     def __init__(
-        self, config: DejaConfig, ttl: TtlPolicy, thresholds: ThresholdController, clock: Clock
+        self,
+        config: DejaConfig,
+        ttl: TtlPolicy,
+        thresholds: ThresholdController,
+        clock: Clock,
+        answer_embedder: AnswerEmbedder | None = None,
     ):
         self._config = config
         self._ttl = ttl
         self._thresholds = thresholds
         self._clock = clock
+        self._answer_embedder = answer_embedder
 
     async def build(
         self,
@@ -76,6 +83,17 @@ class EntryBuilder:
             parsed_analysis=analysis.analysis if analysis else None,
             vector=vector.astype("float32").tobytes() if vector is not None else None,
         )
+
+    async def answer_vector(self, entry: Entry, completion: dict[str, Any]) -> bytes | None:
+        """The answer's embedding for a semantic entry (the tier compares neighbours' answers
+        with it), or None: not a semantic entry, the check turned off, nothing to embed."""
+        if (
+            entry.vector is None
+            or self._answer_embedder is None
+            or self._config.semantic.answer_margin <= 0
+        ):
+            return None
+        return await answer_vector(completion, self._answer_embedder)
 
     def certainty(self, route: Route, completion: dict[str, Any]) -> AnswerCertainty:
         """Confidence and certainty over every choice's tokens (token-weighted)."""

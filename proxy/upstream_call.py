@@ -145,6 +145,9 @@ class UpstreamCaller:
             return
         await asyncio.sleep(0)
         await self._service.store(entry)
+        answer = await self._entries.answer_vector(entry, completion)
+        if answer is not None:
+            await self._service.attach_answer_vector(entry.entry_id, answer)
 
 
 def _finish_reasons(completion: dict[str, Any]) -> list[Any]:

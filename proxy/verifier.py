@@ -17,15 +17,14 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
-import numpy as np
 import orjson
 
 from core.config import VerifyConfig
 from core.errors import DejaError
-from normalize.text import canonical_text
+from proxy.answers import AnswerEmbedder, compare_answers
 from proxy.upstream import UpstreamRequest
 from proxy.upstream_gate import UpstreamGate
 from tiers.base import Lookup
@@ -33,51 +32,6 @@ from tiers.service import CacheService
 from tiers.thresholds import ThresholdController
 
 _log = logging.getLogger("deja.verify")
-
-
-class AnswerEmbedder(Protocol):
-    async def embed(self, text: str) -> np.ndarray: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    agreed: bool
-    how: str  # "key", "embedding" or "tools"
-    similarity: float | None = None
-
-
-def answer_of(completion: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
-    """(text, [(tool name, parsed arguments)]) of a completion's first choice."""
-    choices = completion.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
-    if "message" in choice:
-        message = choice.get("message") or {}
-        calls = []
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            try:
-                arguments = orjson.loads(function.get("arguments") or "null")
-            except orjson.JSONDecodeError:
-                arguments = function.get("arguments")
-            calls.append((str(function.get("name") or ""), arguments))
-        return str(message.get("content") or ""), calls
-    return str(choice.get("text") or ""), []
-
-
-async def compare_answers(
-    cached: dict[str, Any], fresh: dict[str, Any], embedder: AnswerEmbedder | None, agreement: float
-) -> Verdict:
-    cached_text, cached_calls = answer_of(cached)
-    fresh_text, fresh_calls = answer_of(fresh)
-    if cached_calls or fresh_calls:
-        return Verdict(cached_calls == fresh_calls, "tools")
-    if canonical_text(cached_text) == canonical_text(fresh_text):
-        return Verdict(True, "key")
-    if embedder is None:
-        return Verdict(False, "key")
-    a, b = await asyncio.gather(embedder.embed(cached_text), embedder.embed(fresh_text))
-    similarity = float(np.dot(a, b))
-    return Verdict(similarity >= agreement, "embedding", similarity)
 
 
 class Verifier:

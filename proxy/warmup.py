@@ -98,4 +98,7 @@ class WarmUp:
         if entry is None:
             raise InvalidRequest("the answer is larger than cache.max_entry_bytes")
         await self._service.store(entry)
+        answer = await self._entries.answer_vector(entry, response)
+        if answer is not None:
+            await self._service.attach_answer_vector(entry_id, answer)
         return entry_id

@@ -61,6 +61,9 @@ class Entry:
     analysis: str | None = None
     # The prompt's embedding, float32 bytes; only the Redis and semantic tiers keep it.
     vector: bytes | None = None
+    # The answer's embedding, float32 bytes (proxy/answers.py): the semantic tier refuses a hit
+    # when a neighbour almost as close was answered differently. Attached after the store.
+    answer_vector: bytes | None = None
     # `analysis` already parsed, when the process that made the entry has it (never stored,
     # never compared): indexing a new entry then costs no second parse on the event loop.
     parsed_analysis: Analysis | None = field(default=None, compare=False, repr=False)

@@ -4,6 +4,7 @@
     b  body: one marker byte (b"j" raw JSON, b"z" zlib) + the completion JSON
     a  analysis: the lemma analysis wire string (absent when none)
     v  vector: float32 bytes of the prompt embedding (absent when none)
+    w  answer vector: float32 bytes of the answer's embedding (absent when none)
 
 A record of another version, or one that cannot be parsed, raises CorruptEntry; callers treat
 it as absent, so a rolling upgrade never serves a misread answer.
@@ -20,7 +21,7 @@ from core.errors import CorruptEntry
 from normalize.request import Route
 from tiers.base import ENTRY_FORMAT_VERSION, Entry
 
-META, BODY, ANALYSIS, VECTOR = "m", "b", "a", "v"
+META, BODY, ANALYSIS, VECTOR, ANSWER_VECTOR = "m", "b", "a", "v", "w"
 _RAW, _ZLIB = b"j", b"z"
 
 
@@ -74,6 +75,8 @@ def encode_fields(entry: Entry, compress_min_bytes: int) -> dict[str, bytes]:
         fields[ANALYSIS] = entry.analysis.encode()
     if entry.vector is not None:
         fields[VECTOR] = entry.vector
+    if entry.answer_vector is not None:
+        fields[ANSWER_VECTOR] = entry.answer_vector
     return fields
 
 
@@ -114,6 +117,7 @@ def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:
             completion_tokens=int(meta.get("completion_tokens", 0)),
             analysis=analysis.decode() if analysis is not None else None,
             vector=get.get(VECTOR),
+            answer_vector=get.get(ANSWER_VECTOR),
         )
     except (KeyError, TypeError, ValueError, AssertionError) as exc:
         raise CorruptEntry(f"entry meta is incomplete or malformed: {exc!r}") from exc

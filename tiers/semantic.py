@@ -5,6 +5,14 @@ of the global threshold and the entry's own floor, see tiers/thresholds.py; or t
 threshold of a degraded lookup) and the meaning guards agree that the two prompts ask
 the same thing: same negation parity, numbers with units, entities, compatible roles.
 
+And only when its answer is not contradicted nearby (`semantic.answer_margin`): if another
+neighbour within that margin of the best cosine also passes the guards but was answered
+differently (answer vectors below `verify.answer_agreement`), the cache holds two answers for
+what reads as one question, and serving either is a coin toss; the lookup misses instead.
+Near-identical questions with different answers are where a threshold alone fails (measured on
+Banking77: "How do I reset my PIN?" and "How can I reset my PIN?", cosine 0.995, belong to
+different intents), and a neighbour that disagrees is the one signal the cache itself holds.
+
 The tier holds vectors and each entry's analysis, threshold and expiry, not the answers: a
 candidate's entry is loaded from the key-value tiers by id. All partitions together hold at
 most `max_entries` vectors; past that the least recently used go (their entries stay servable
@@ -52,6 +60,8 @@ class _Indexed:
     namespace: str
     model: str
     analysis: Analysis
+    # The answer's embedding, once attached (None until then, or for tool-call answers).
+    answer: np.ndarray | None = None
 
 
 class SemanticTier:
@@ -111,14 +121,18 @@ class SemanticTier:
         else:
             found = index.search(vector, k)
         now = self._clock.time()
-        candidates: list[SemanticCandidate] = []
-        checked = 0
         relaxed = threshold_override is not None
-        for vector_id, similarity in found:
-            item = self._entries.get(self._by_vector.get(vector_id, ""))
-            # A hit needs a fresh entry; a relaxed (degraded) match takes one within its grace.
-            if item is None or now >= (item.hard_expires_at if relaxed else item.expires_at):
-                continue
+        # A hit needs a fresh entry; a relaxed (degraded) match takes one within its grace.
+        live = [
+            (item, similarity)
+            for item, similarity in (
+                (self._entries.get(self._by_vector.get(vector_id, "")), similarity)
+                for vector_id, similarity in found
+            )
+            if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
+        ]
+        checked = 0
+        for rank, (item, similarity) in enumerate(live):
             threshold = (
                 threshold_override
                 if threshold_override is not None
@@ -131,14 +145,47 @@ class SemanticTier:
                 # the event loop serve whatever is waiting (exact hits above all).
                 await asyncio.sleep(0)
             checked += 1
-            verdict = self._guard.compare(query, item.analysis)
-            if not verdict.agree:
-                self._stats.guard_rejections[verdict.reason.split(":")[0].split(" ")[0]] += 1
+            if not self._same_question(query, item):
                 continue
+            # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
+            if await self._contradicted(query, item, similarity, live, rank):
+                self._stats.guard_rejections["answers"] += 1
+                return []
             self._recency.move_to_end(item.entry_id)
-            # The nearest candidate that passes is the answer; the rest need no checking.
             return [SemanticCandidate(item.entry_id, similarity)]
-        return candidates
+        return []
+
+    def _same_question(self, query: Analysis, item: _Indexed) -> bool:
+        verdict = self._guard.compare(query, item.analysis)
+        if not verdict.agree:
+            self._stats.guard_rejections[verdict.reason.split(":")[0].split(" ")[0]] += 1
+        return verdict.agree
+
+    async def _contradicted(
+        self,
+        query: Analysis,
+        best: _Indexed,
+        similarity: float,
+        live: list[tuple[_Indexed, float]],
+        rank: int,
+    ) -> bool:
+        """Whether another neighbour within `answer_margin` of `similarity` asks the same
+        question (by the guards) and has an answer that disagrees with `best`'s. Neighbours
+        without an answer vector (not attached yet, tool calls) cannot contradict."""
+        margin = self._config.answer_margin
+        if margin <= 0 or best.answer is None:
+            return False
+        for other_rank, (other, other_similarity) in enumerate(live):
+            if other_rank == rank or other.answer is None:
+                continue
+            if other_similarity < similarity - margin:
+                break  # best first: the rest are further away still
+            if self._thresholds.answers_agree(float(np.dot(best.answer, other.answer))):
+                continue
+            await asyncio.sleep(0)
+            if self._guard.compare(query, other.analysis).agree:
+                return True
+        return False
 
     async def add(self, entry: Entry) -> None:
         if entry.vector is None or entry.analysis is None:
@@ -171,6 +218,7 @@ class SemanticTier:
             entry.namespace,
             entry.model,
             analysis,
+            self._answer_of(entry),
         )
         self._by_vector[vector_id] = entry.entry_id
         self._recency[entry.entry_id] = None
@@ -186,6 +234,15 @@ class SemanticTier:
             item.threshold = entry.threshold
             item.expires_at = entry.expires_at
             item.hard_expires_at = entry.hard_expires_at
+            if item.answer is None:
+                item.answer = self._answer_of(entry)
+
+    def _answer_of(self, entry: Entry) -> np.ndarray | None:
+        if entry.answer_vector is None:
+            return None
+        answer = np.frombuffer(entry.answer_vector, dtype=np.float32)
+        # Another embedding model's vector (a replica configured differently) is not comparable.
+        return answer if answer.shape == (self._dim,) else None
 
     async def remove(self, entry_id: str) -> bool:
         item = self._entries.pop(entry_id, None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.clock import Clock
 from core.errors import TierUnavailable
@@ -231,6 +231,14 @@ class CacheService:
         await self._semantic.update(entry)
         await self._publish(ReplicationEvent(EventKind.UPDATE, entry.entry_id))
         return replaced
+
+    async def attach_answer_vector(self, entry_id: str, answer_vector: bytes) -> bool:
+        """Add the answer's embedding to a stored entry (computed after the store, so the
+        answer is never held back for it); False when the entry is gone meanwhile."""
+        entry = await self.get_entry(entry_id)
+        if entry is None:
+            return False
+        return await self.replace(replace(entry, answer_vector=answer_vector))
 
     async def delete(self, entry_id: str) -> bool:
         deleted = False

@@ -89,6 +89,10 @@ class ThresholdController:
         """The floor of an entry without evidence of its own."""
         return self._config.threshold_min
 
+    def answers_agree(self, cosine: float) -> bool:
+        """Whether two answers whose embeddings have this cosine say the same thing."""
+        return cosine >= self._config.answer_agreement
+
     def effective(self, entry_floor: float) -> float:
         return self._clamp(max(self._global, entry_floor))
 

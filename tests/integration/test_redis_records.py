@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 import redis
@@ -58,3 +59,15 @@ async def test_a_record_of_another_format_version_is_not_served(
     client.hset(record_key, META, json.dumps({**meta, "v": ENTRY_FORMAT_VERSION + 1}))
     assert await tier.get(entry.exact_key) is None
     assert await tier.get_by_id(entry.entry_id) is None
+
+
+async def test_an_answer_vector_attached_later_keeps_the_prompt_vector(tier: RedisTier) -> None:
+    # What CacheService.attach_answer_vector does against Redis: the entry it reads back has no
+    # vectors (a hit never needs them), and replacing with it must not drop the stored one.
+    prompt, answer = b"\x01\x00" * 384, b"\x02\x00" * 384
+    await tier.put(make_entry("d", vector=prompt))
+    read_back = await tier.get_by_id(make_entry("d").entry_id)
+    assert read_back is not None and read_back.vector is None
+    assert await tier.replace(replace(read_back, answer_vector=answer))
+    full = await tier.get_full(read_back.entry_id)
+    assert full is not None and (full.vector, full.answer_vector) == (prompt, answer)

@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
 
 pytestmark = [pytest.mark.models, pytest.mark.redis]
+
+ADMIN_TOKEN = "semantic-admin"
 
 
 class Stack:
@@ -37,7 +40,11 @@ def stack() -> Iterator[Stack]:
     a: ServerProcess | None = None
     try:
         stub.wait_ready("/v1/models", timeout_s=30)
-        a = proxy(f"{stub.url}/v1", redis.url, env={"DEJA_SEMANTIC__ENABLED": "true"})
+        a = proxy(
+            f"{stub.url}/v1",
+            redis.url,
+            env={"DEJA_SEMANTIC__ENABLED": "true", "DEJA_ADMIN__TOKEN": ADMIN_TOKEN},
+        )
         a.wait_ready(timeout_s=300)
         yield Stack(redis, stub, a)
     finally:
@@ -177,3 +184,78 @@ def test_a_new_replica_rebuilds_from_redis_and_follows_the_stream(stack: Stack) 
         assert headers["X-Deja-Cache"] == "hit" and headers["X-Deja-Tier"] in ("semantic", "redis")
     finally:
         b.stop()
+
+
+def warm_up(server: ServerProcess, key: str, answers: dict[str, str]) -> None:
+    lines = [
+        json.dumps(
+            {
+                "request": {"model": "m", "messages": [{"role": "user", "content": question}]},
+                "response": {
+                    "object": "chat.completion",
+                    "model": "m",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": answer},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                },
+                "api_key": key,
+            }
+        )
+        for question, answer in answers.items()
+    ]
+    request = urllib.request.Request(
+        f"{server.url}/admin/v1/warmup",
+        data="\n".join(lines).encode(),
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/x-ndjson"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        summary = json.loads(response.read().splitlines()[-1])["summary"]
+    assert summary["stored"] == len(answers), summary
+
+
+CHANGE = "To change your PIN, open Settings, then Card, then Change PIN."
+
+
+@pytest.mark.parametrize(
+    "second_answer,hits",
+    [
+        ("Your PIN is blocked after three wrong tries; unblock it at any of our ATMs.", False),
+        ("To change your PIN, open Settings, then Card, and then Change PIN.", True),
+    ],
+)
+def test_a_hit_a_neighbour_contradicts_is_refused(
+    stack: Stack, second_answer: str, hits: bool
+) -> None:
+    # Both cached questions pass threshold and guards for the query (cosines 0.996 and 0.976);
+    # when they were answered differently, neither answer is served.
+    key = f"sk-answers-{hits}"
+    warm_up(
+        stack.a,
+        key,
+        {"How can I reset my PIN?": CHANGE, "How do I go about resetting my PIN?": second_answer},
+    )
+    headers, answer = ask(stack.a, "How to reset my PIN?", key=key)
+    if hits:
+        assert (headers["X-Deja-Cache"], headers["X-Deja-Match"]) == ("hit", "semantic")
+        assert answer == CHANGE
+    else:
+        assert headers["X-Deja-Cache"] == "miss", headers
+        assert answer == "Answer to: How to reset my PIN?"
+
+
+def test_a_stored_answer_gets_its_vector_in_redis(stack: Stack) -> None:
+    headers, _ = ask(stack.a, "How long does a bank transfer take?", key="sk-answer-vector")
+    entry_id = headers["X-Deja-Entry"]
+    client = redis.Redis.from_url(stack.redis.url)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        (record,) = [k for k in client.keys("*") if k.endswith(f":e:{entry_id}".encode())]
+        if client.hexists(record, "w"):
+            break
+        time.sleep(0.05)
+    assert len(client.hget(record, "w") or b"") == 384 * 4
+    assert client.hget(record, "v") is not None

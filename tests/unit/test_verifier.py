@@ -20,9 +20,10 @@ from core.config import LruKConfig, UpstreamConfig, VerifyConfig
 from core.errors import DejaError
 from fallback.breaker import AlwaysClosedBreaker
 from proxy.admission import AdmissionControl
+from proxy.answers import AnswerEmbedder, Verdict, answer_of, compare_answers
 from proxy.upstream import UpstreamClient, UpstreamRequest
 from proxy.upstream_gate import UpstreamGate
-from proxy.verifier import AnswerEmbedder, Verdict, Verifier, answer_of, compare_answers
+from proxy.verifier import Verifier
 from tests.support.entries import TAG, make_entry
 from tests.support.stub_upstream import StubUpstream
 from tiers.base import Lookup, MatchKind, TierName
