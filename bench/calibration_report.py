@@ -9,6 +9,8 @@ from typing import Any
 
 from harness import print_table
 
+from core.config import SemanticConfig
+
 TARGET = 0.01
 COMMENTARY = "\n<!-- commentary: written by hand, kept when the bench rewrites this file -->\n"
 VERIFIED_FOR_COVERAGE = 1000
@@ -121,11 +123,11 @@ def frontier_verdicts(result: dict[str, Any]) -> list[str]:
             continue
         s = run["summary"]
         rate, hit = s["late_true_false_hit_rate"], s["late_new_hit_rate"]
-        peers = [r for r in static if _same_rate(r["summary"], s)]
+        # Only static runs of the same hit rule (with or without the neighbour-answer check).
+        rule = [r for r in static if _margin(r) == _margin(run)] or static
+        peers = [r for r in rule if _same_rate(r["summary"], s)]
         if not peers:
-            nearest = min(
-                static, key=lambda r: abs(r["summary"]["late_true_false_hit_rate"] - rate)
-            )
+            nearest = min(rule, key=lambda r: abs(r["summary"]["late_true_false_hit_rate"] - rate))
             n = nearest["summary"]
             out.append(
                 f"{run['name']}: {rate:.2%} wrong, new-prompt hit rate {hit:.1%}; no static run "
@@ -149,6 +151,11 @@ def frontier_verdicts(result: dict[str, Any]) -> list[str]:
             f"({b['late_true_false_hit_rate']:.2%} wrong, {b['late_new_hit_rate']:.1%})"
         )
     return out
+
+
+def _margin(run: dict[str, Any]) -> float:
+    # Runs recorded before the neighbour-answer check existed ran without it.
+    return float(run["spec"].get("answer_margin", 0.0))
 
 
 def _same_rate(static: dict[str, Any], other: dict[str, Any]) -> bool:
@@ -249,7 +256,9 @@ def render_markdown(result: dict[str, Any], table: str, png: str) -> str:
         "(`verify.threshold_min = threshold_max = semantic.threshold`), so verification only "
         "counts; *self-calibrating* runs use the shipped `verify` settings, the loose one starts "
         f"at {result['runs'][2]['spec']['start']:.2f} with `threshold_min` "
-        f"{result['runs'][2]['spec']['threshold_min']:.2f}. All verify 5 % of semantic hits.",
+        f"{result['runs'][2]['spec']['threshold_min']:.2f}. All verify 5 % of semantic hits. "
+        "Every run uses the shipped neighbour-answer check (`semantic.answer_margin` "
+        f"{SemanticConfig().answer_margin:.2f}) unless its name says *no answer check*.",
         "- Upstream: answers by intent group, each answer in five wordings (case and spacing, a "
         "greeting, a closing line) picked at random per call. Across all wordings, same-group "
         "answer cosines are ≥ 0.90 and cross-group ones ≤ 0.73 (MiniLM), so with "

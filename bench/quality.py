@@ -188,10 +188,12 @@ def run_workload(bench: Bench, name: str, gpt: GptCacheScorer) -> dict[str, Any]
     gpt_nb = replace(nb, cosine=np.repeat(gpt_rank[:, None], k, axis=1))
     t0 = bench.config.threshold
 
-    def rates(variant: str, t: float) -> dict[str, Any]:
-        return replay_rates(nb, groups, allowed[variant], t).as_dict()
+    margin = bench.config.answer_margin
 
-    shipped = replay_rates(nb, groups, allowed["shipped"], t0)
+    def rates(variant: str, t: float) -> dict[str, Any]:
+        return replay_rates(nb, groups, allowed[variant], t, answer_margin=margin).as_dict()
+
+    shipped = replay_rates(nb, groups, allowed["shipped"], t0, answer_margin=margin)
     fine = [round(0.5 + 0.0025 * i, 4) for i in range(200)]
     bare_fine = [replay_rates(nb, groups, everything, t, True) for t in SWEEP + tuple(fine)]
     gpt_fine = [replay_rates(gpt_nb, groups, everything, gpt.rank_threshold(t), True) for t in fine]
@@ -213,6 +215,7 @@ def run_workload(bench: Bench, name: str, gpt: GptCacheScorer) -> dict[str, Any]
         ],
         "shipped": shipped.as_dict(),
         "shipped_no_guards": replay_rates(nb, groups, everything, t0, top1_only=True).as_dict(),
+        "shipped_no_answer_check": replay_rates(nb, groups, allowed["shipped"], t0).as_dict(),
         "ablations": {a: rates(a, t0) for a in ABLATIONS},
     }
 

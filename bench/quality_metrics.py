@@ -129,8 +129,12 @@ def replay_rates(
     allowed: BoolArray,
     threshold: float,
     top1_only: bool = False,
+    answer_margin: float = 0.0,
 ) -> Rates:
-    """Rates of a replay; `allowed[i, r]` is the guards' verdict on prompt i's r-th candidate."""
+    """Rates of a replay; `allowed[i, r]` is the guards' verdict on prompt i's r-th candidate.
+    With `answer_margin` > 0, the neighbour-answer check of the semantic tier: no hit when
+    another candidate within that margin of the chosen one passes the guards but has another
+    group (the group is the answer here)."""
     n = len(groups)
     seen: set[str] = set()
     eligible = right = wrong = 0
@@ -144,12 +148,31 @@ def replay_rates(
             if j < 0 or neighbours.cosine[i, r] < threshold:
                 break
             if allowed[i, r]:
+                if answer_margin > 0 and _contradicted(
+                    neighbours, groups, allowed, i, r, answer_margin
+                ):
+                    break
                 if groups[j] == groups[i]:
                     right += 1
                 else:
                     wrong += 1
                 break
     return _rates(threshold, right, wrong, eligible, max(n - 1, 1))
+
+
+def _contradicted(
+    neighbours: Neighbours, groups: Sequence[str], allowed: BoolArray, i: int, r: int, margin: float
+) -> bool:
+    chosen = groups[int(neighbours.index[i, r])]
+    for other in range(neighbours.index.shape[1]):
+        j = int(neighbours.index[i, other])
+        if other == r or j < 0:
+            continue
+        if neighbours.cosine[i, other] < neighbours.cosine[i, r] - margin:
+            break
+        if allowed[i, other] and groups[j] != chosen:
+            return True
+    return False
 
 
 # --- GPTCache --------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             at = r["at_shipped_fpr"]
             rows = [
                 ("**Deja, shipped default (guards on)**", t0, r["shipped"]),
+                ("same threshold, no answer check", t0, r["shipped_no_answer_check"]),
                 ("same threshold, no guards", t0, r["shipped_no_guards"]),
                 ("bare cosine, best recall at the shipped rate", None, at["bare"]),
                 ("GPTCache, default 0.8", 0.8, _gpt_at(r, 0.8)),
