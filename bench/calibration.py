@@ -89,6 +89,8 @@ class RunSpec:
             "DEJA_VERIFY__THRESHOLD_MIN": str(self.threshold_min),
             "DEJA_VERIFY__THRESHOLD_MAX": str(self.threshold_max),
             "DEJA_SEMANTIC__ANSWER_MARGIN": str(self.answer_margin),
+            # Static runs only count: a failed verification does not store its fresh answer.
+            "DEJA_VERIFY__STORE_DISAGREEING": str(self.kind != "static").lower(),
             # Nothing may expire or be evicted during the run: entries live as long as the bench.
             "DEJA_TTL__BASE_TTL_S": "86400",
             "DEJA_LRU_K__MAX_ENTRIES": "50000",
@@ -295,6 +297,7 @@ def settings(spec: RunSpec) -> dict[str, Any]:
         "verify.target_false_hit_rate": verify.target_false_hit_rate,
         "verify.answer_agreement": verify.answer_agreement,
         "semantic.answer_margin": spec.answer_margin,
+        "verify.store_disagreeing": spec.kind != "static",
     }
 
 

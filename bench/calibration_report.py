@@ -253,8 +253,10 @@ def render_markdown(result: dict[str, Any], table: str, png: str) -> str:
         "## Method",
         "",
         "- Runs: *static* pins the global threshold and every entry floor "
-        "(`verify.threshold_min = threshold_max = semantic.threshold`), so verification only "
-        "counts; *self-calibrating* runs use the shipped `verify` settings, the loose one starts "
+        "(`verify.threshold_min = threshold_max = semantic.threshold`) and does not store the "
+        "fresh answers of failed verifications (`verify.store_disagreeing` off), so "
+        "verification only counts; *self-calibrating* runs use the shipped `verify` settings, "
+        "the loose one starts "
         f"at {result['runs'][2]['spec']['start']:.2f} with `threshold_min` "
         f"{result['runs'][2]['spec']['threshold_min']:.2f}. All verify 5 % of semantic hits. "
         "Every run uses the shipped neighbour-answer check (`semantic.answer_margin` "

@@ -195,6 +195,9 @@ class VerifyConfig:
     # Answer-embedding cosine at or above which two answers agree.
     answer_agreement: float = 0.85
     max_inflight: int = 4
+    # On a disagreement, store the fresh answer for the verified prompt (it was paid for): its
+    # repeats then hit their own entry, and its neighbours see two answers (answer check).
+    store_disagreeing: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -281,6 +281,8 @@ class AdminRoutes:
                 "target": deja.config.verify.target_false_hit_rate,
                 "global_threshold": deja.thresholds.global_threshold,
                 "complaints": deja.thresholds.complaints,
+                # Fresh answers of failed verifications stored for their prompts.
+                "fresh_answers_kept": deja.verifier.kept if deja.verifier is not None else 0,
             },
             "breaker": {"state": str(breaker.state), "trips": breaker.trips},
             "redis": {

@@ -129,7 +129,18 @@ class CompletionHandler:
                 ServedRecord(entry.entry_id, creq.tenant, lookup.match, lookup.similarity),
             )
         if lookup.match is MatchKind.SEMANTIC:
-            self._verifier.maybe_verify(lookup, lambda: read.upstream_request(_plain(read.body)))
+            keep = None
+            if read.directives.store and not read.suspicious:
+
+                async def keep(fresh: dict[str, Any]) -> bool:
+                    # The verified prompt gets an entry of its own with the right answer.
+                    return await self._caller.store_answer(
+                        _new_entry_id(creq), creq, read.features, fresh
+                    )
+
+            self._verifier.maybe_verify(
+                lookup, lambda: read.upstream_request(_plain(read.body)), keep
+            )
         response_id, created = new_response_id(creq.route, self._response_ids), int(now)
         if creq.stream:
             return await write_replay(request, ctx, entry.completion(response_id, created), creq)

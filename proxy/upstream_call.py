@@ -128,6 +128,19 @@ class UpstreamCaller:
             return False
         return True
 
+    async def store_answer(
+        self, entry_id: str, request: CacheRequest, features: PromptFeatures, completion: Any
+    ) -> bool:
+        """Store an answer obtained outside a flight (a verification's fresh answer) for
+        `request`, when it is a clean, finished completion; True if stored."""
+        if not isinstance(completion, dict) or not all(
+            r in CLEAN_FINISH for r in _finish_reasons(completion) or [None]
+        ):
+            return False
+        plan = CallPlan(request, _NO_UPSTREAM, features, True, None, False)
+        await self._store(entry_id, plan, completion)
+        return True
+
     async def _store(self, entry_id: str, plan: CallPlan, completion: dict[str, Any]) -> None:
         # The waiters have their answer; storing is background work. Let the event loop serve
         # what is waiting first, and again between building the entry and writing it.
@@ -148,6 +161,10 @@ class UpstreamCaller:
         answer = await self._entries.answer_vector(entry, completion)
         if answer is not None:
             await self._service.attach_answer_vector(entry.entry_id, answer)
+
+
+# The plan of a store that made no upstream call of its own (store_answer).
+_NO_UPSTREAM = UpstreamRequest("POST", "", (), b"")
 
 
 def _finish_reasons(completion: dict[str, Any]) -> list[Any]:

@@ -4,7 +4,11 @@ The client gets the cached answer at once; then, for `verify.sample_share` of se
 the same request is sent upstream in the background and the fresh answer is compared with the
 cached one: first by normalized answer keys (canonical text, or tool names and arguments), then
 by answer-embedding cosine (≥ `verify.answer_agreement` agrees). The outcome feeds the
-threshold controller and the false-hit estimate, and moves the entry's own floor.
+threshold controller and the false-hit estimate, and moves the entry's own floor. A
+disagreement also hands the fresh answer to the caller's sink (`verify.store_disagreeing`),
+which stores it for the verified prompt: the answer was paid for, the prompt's repeats then hit
+their own entry at once, and the neighbours now hold two answers, which the semantic tier's
+answer check sees.
 
 Verification calls go through the same admission control and breaker as real misses, and at
 most `verify.max_inflight` run at once (past that a hit is simply not sampled), so checking
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +36,10 @@ from tiers.service import CacheService
 from tiers.thresholds import ThresholdController
 
 _log = logging.getLogger("deja.verify")
+
+
+# Stores a verification's fresh answer for the verified prompt; True if it was stored.
+FreshAnswerSink = Callable[[dict[str, Any]], Awaitable[bool]]
 
 
 class Verifier:
@@ -53,14 +61,23 @@ class Verifier:
         self._tasks: set[asyncio.Task[None]] = set()
         self.verified = 0
         self.failed = 0
+        self.kept = 0  # fresh answers stored after a disagreement
 
-    def maybe_verify(self, lookup: Lookup, request: Callable[[], UpstreamRequest]) -> bool:
-        """Start a background check of this semantic hit if it is sampled; True if started."""
+    def maybe_verify(
+        self,
+        lookup: Lookup,
+        request: Callable[[], UpstreamRequest],
+        keep_fresh: FreshAnswerSink | None = None,
+    ) -> bool:
+        """Start a background check of this semantic hit if it is sampled; True if started.
+        On a disagreement the fresh answer goes to `keep_fresh` (which stores it for the
+        verified prompt), when given and `verify.store_disagreeing` is on."""
         if self._config.sample_share <= 0 or len(self._tasks) >= self._config.max_inflight:
             return False
         if self._rng.random() >= self._config.sample_share:
             return False
-        task = asyncio.get_running_loop().create_task(self._verify(lookup, request()))
+        sink = keep_fresh if self._config.store_disagreeing else None
+        task = asyncio.get_running_loop().create_task(self._verify(lookup, request(), sink))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True
@@ -69,7 +86,9 @@ class Verifier:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _verify(self, lookup: Lookup, request: UpstreamRequest) -> None:
+    async def _verify(
+        self, lookup: Lookup, request: UpstreamRequest, keep_fresh: FreshAnswerSink | None
+    ) -> None:
         try:
             fresh = await self._ask(request)
             if fresh is None:
@@ -85,6 +104,11 @@ class Verifier:
             _log.debug("verification of entry %s skipped: %s", lookup.entry.entry_id, exc)
             return
         await self.record(lookup, verdict.agreed)
+        if not verdict.agreed and keep_fresh is not None:
+            try:
+                self.kept += await keep_fresh(fresh)
+            except DejaError as exc:
+                _log.debug("the fresh answer of a failed verification was not stored: %s", exc)
 
     async def record(self, lookup: Lookup, agreed: bool) -> None:
         """Evidence about a semantic hit: the estimate, the global threshold, the entry's floor."""

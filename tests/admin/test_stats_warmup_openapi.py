@@ -58,6 +58,7 @@ async def test_stats_count_hits_savings_and_the_false_hit_estimate(
         "target": 0.01,
         "global_threshold": 0.88,
         "complaints": 0,
+        "fresh_answers_kept": 0,
     }
     assert set(stats) >= {"breaker", "redis", "degraded", "not_stored", "guard_rejections"}
 

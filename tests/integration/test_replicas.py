@@ -22,6 +22,7 @@ import pytest
 
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.warmup_lines import warm_up_line
 
 pytestmark = pytest.mark.redis
 
@@ -33,6 +34,8 @@ FAST_ENV = {
     "DEJA_SERVER__ACCESS_LOG": "false",
     "DEJA_UPSTREAM__REQUEST_LOGPROBS": "false",
 }
+# The tenant of the questions asked and warmed up here.
+KEY = "sk-replicas"
 
 
 @dataclass
@@ -73,7 +76,7 @@ def http(
     return Reply(status, got, body)
 
 
-def ask(server: ServerProcess, question: str, key: str = "sk-replicas", **headers: str) -> Reply:
+def ask(server: ServerProcess, question: str, key: str = KEY, **headers: str) -> Reply:
     body = {"model": "m", "messages": [{"role": "user", "content": question}]}
     return http(
         server, "POST", "/v1/chat/completions", body, {"Authorization": f"Bearer {key}", **headers}
@@ -208,29 +211,10 @@ def test_deletion_and_invalidation_on_a_reach_b(exact: Stack) -> None:
     )
 
 
-def warm_up_line(question: str, answer: str) -> bytes:
-    return json.dumps(
-        {
-            "request": {"model": "m", "messages": [{"role": "user", "content": question}]},
-            "response": {
-                "object": "chat.completion",
-                "model": "m",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": answer},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6},
-            },
-            "api_key": "sk-replicas",
-        }
-    ).encode()
-
-
 def test_warm_up_through_a_makes_b_hit(exact: Stack) -> None:
-    data = b"\n".join(warm_up_line(f"Warm question {i}?", f"Warm answer {i}.") for i in range(3))
+    data = b"\n".join(
+        warm_up_line(f"Warm question {i}?", f"Warm answer {i}.", KEY) for i in range(3)
+    )
     reply = admin(exact.a, "POST", "warmup", data=data)
     lines = [json.loads(raw) for raw in reply.body.splitlines()]
     assert lines[-1] == {"summary": {"lines": 3, "stored": 3, "failed": 0}}
@@ -275,7 +259,9 @@ def test_an_entry_stored_through_a_is_a_semantic_hit_on_b_within_a_second(semant
 @pytest.mark.models
 def test_warm_up_through_a_makes_b_hit_paraphrases(semantic: Stack) -> None:
     before = semantic_entries(semantic.b)
-    data = warm_up_line("What is the boiling point of water at sea level?", "100 degrees Celsius.")
+    data = warm_up_line(
+        "What is the boiling point of water at sea level?", "100 degrees Celsius.", KEY
+    )
     reply = admin(semantic.a, "POST", "warmup", data=data)
     assert json.loads(reply.body.splitlines()[-1])["summary"]["stored"] == 1
     eventually(lambda: semantic_entries(semantic.b) > before, 2.0)
@@ -336,7 +322,7 @@ def test_warm_up_waits_for_the_models(semantic: Stack) -> None:
     starting = proxy(f"{semantic.stub.url}/v1", semantic.redis.url, env)
     try:
         starting.wait_ready("/healthz", timeout_s=60)
-        reply = admin(starting, "POST", "warmup", data=warm_up_line("Early?", "Too early."))
+        reply = admin(starting, "POST", "warmup", data=warm_up_line("Early?", "Too early.", KEY))
         if http(starting, "GET", "/readyz").status != 200:  # still loading, as expected
             assert reply.status == 503, reply.body
             assert reply.body["error"]["code"] == "not_ready"

@@ -20,6 +20,7 @@ import redis
 
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.warmup_lines import warm_up_line
 
 pytestmark = [pytest.mark.models, pytest.mark.redis]
 
@@ -187,29 +188,10 @@ def test_a_new_replica_rebuilds_from_redis_and_follows_the_stream(stack: Stack) 
 
 
 def warm_up(server: ServerProcess, key: str, answers: dict[str, str]) -> None:
-    lines = [
-        json.dumps(
-            {
-                "request": {"model": "m", "messages": [{"role": "user", "content": question}]},
-                "response": {
-                    "object": "chat.completion",
-                    "model": "m",
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": answer},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                },
-                "api_key": key,
-            }
-        )
-        for question, answer in answers.items()
-    ]
+    lines = [warm_up_line(question, answer, key) for question, answer in answers.items()]
     request = urllib.request.Request(
         f"{server.url}/admin/v1/warmup",
-        data="\n".join(lines).encode(),
+        data=b"\n".join(lines),
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/x-ndjson"},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -259,3 +241,42 @@ def test_a_stored_answer_gets_its_vector_in_redis(stack: Stack) -> None:
         time.sleep(0.05)
     assert len(client.hget(record, "w") or b"") == 384 * 4
     assert client.hget(record, "v") is not None
+
+
+def test_a_failed_verification_stores_the_fresh_answer_for_its_prompt(stack: Stack) -> None:
+    # Its own proxy (no Redis) verifying every semantic hit, so the module's shared state and
+    # thresholds stay as they are.
+    checker = proxy(
+        f"{stack.stub.url}/v1",
+        env={
+            "DEJA_SEMANTIC__ENABLED": "true",
+            "DEJA_ADMIN__TOKEN": ADMIN_TOKEN,
+            "DEJA_VERIFY__SAMPLE_SHARE": "1.0",
+        },
+    )
+    try:
+        checker.wait_ready(timeout_s=300)
+        warm_up(checker, "sk-verify", {"How can I reset my PIN?": CHANGE})
+        headers, answer = ask(checker, "How to reset my PIN?", key="sk-verify")
+        assert (headers["X-Deja-Match"], answer) == ("semantic", CHANGE)
+        # The stub upstream answers "Answer to: …", which disagrees with CHANGE: the fresh
+        # answer is stored for this prompt (without it, the raised floor would make the repeat
+        # a miss), and the repeat hits it exactly.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and false_hits(checker)["fresh_answers_kept"] < 1:
+            time.sleep(0.05)
+        assert false_hits(checker)["wrong"] == 1
+        headers, answer = ask(checker, "How to reset my PIN?", key="sk-verify")
+        assert (headers["X-Deja-Cache"], headers["X-Deja-Match"]) == ("hit", "exact")
+        assert answer == "Answer to: How to reset my PIN?"
+    finally:
+        checker.stop()
+
+
+def false_hits(server: ServerProcess) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{server.url}/admin/v1/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        stats: dict[str, Any] = json.loads(response.read())["false_hits"]
+        return stats

@@ -122,10 +122,13 @@ class World:
         share: float = 1.0,
         max_inflight: int = 4,
         embedder: AnswerEmbedder | None = None,
+        store_disagreeing: bool = True,
     ) -> None:
         self.clock = ManualClock()
         self.service = CacheService([LruKTier(LruKConfig(), self.clock)], self.clock, CacheStats())
-        config = VerifyConfig(sample_share=share, max_inflight=max_inflight)
+        config = VerifyConfig(
+            sample_share=share, max_inflight=max_inflight, store_disagreeing=store_disagreeing
+        )
         self.thresholds = ThresholdController(config, 0.86)
         self.client = UpstreamClient(UpstreamConfig(url=stub.base_url, max_retries=0))
         gate = UpstreamGate(self.client, AlwaysClosedBreaker(), AdmissionControl(4, 4, 1.0))
@@ -249,3 +252,48 @@ async def test_nothing_is_sampled_at_share_zero_or_past_the_inflight_limit(
     finally:
         await busy.client.close()
     assert busy.thresholds.estimator.estimate().verified == 1
+
+
+class Keeper:
+    """Where the handler would store a disagreeing verification's fresh answer."""
+
+    def __init__(self) -> None:
+        self.kept: list[dict[str, Any]] = []
+
+    async def __call__(self, fresh: dict[str, Any]) -> bool:
+        self.kept.append(fresh)
+        return True
+
+
+async def test_a_disagreement_hands_the_fresh_answer_on_to_be_stored(
+    world: World, stub: StubUpstream
+) -> None:
+    keeper = Keeper()
+    lookup = await world.hit("Answer to: how do I change my pin?", similarity=0.93)
+    world.verifier.maybe_verify(lookup, lambda: world.request("How do I unblock my PIN?"), keeper)
+    await world.verifier.drain()
+    assert [answer_of(f)[0] for f in keeper.kept] == ["Answer to: How do I unblock my PIN?"]
+    assert world.verifier.kept == 1
+
+
+async def test_an_agreement_keeps_nothing(world: World, stub: StubUpstream) -> None:
+    keeper = Keeper()
+    lookup = await world.hit("Answer to: how do I reset my pin?")
+    world.verifier.maybe_verify(lookup, lambda: world.request("How do I reset my PIN?"), keeper)
+    await world.verifier.drain()
+    assert keeper.kept == [] and world.verifier.kept == 0
+
+
+async def test_keeping_fresh_answers_can_be_turned_off(stub: StubUpstream) -> None:
+    world = World(stub, store_disagreeing=False)
+    keeper = Keeper()
+    lookup = await world.hit("Answer to: how do I change my pin?", similarity=0.93)
+    await world.client.start()
+    try:
+        world.verifier.maybe_verify(
+            lookup, lambda: world.request("How do I unblock my PIN?"), keeper
+        )
+        await world.verifier.drain()
+    finally:
+        await world.client.close()
+    assert keeper.kept == [] and world.thresholds.estimator.estimate().wrong == 1
