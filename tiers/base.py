@@ -93,8 +93,10 @@ class Entry:
 
     @property
     def size_bytes(self) -> int:
-        # What an in-process copy costs, roughly: the body plus fixed overhead for the rest.
-        return len(self.body) + len(self.analysis or "") + 512
+        # What an in-process copy costs, roughly: the body, the analysis and the vectors (about
+        # 1.5 KB each with MiniLM), plus fixed overhead for the rest.
+        vectors = len(self.vector or b"") + len(self.answer_vector or b"")
+        return len(self.body) + len(self.analysis or "") + vectors + 512
 
     def completion(self, response_id: str, created: int) -> dict[str, Any]:
         """The stored completion as a dict with a fresh id and created time."""

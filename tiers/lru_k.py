@@ -8,6 +8,7 @@ decides who goes; this class only stores.
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 
 from core.clock import Clock
 from core.config import LruKConfig
@@ -57,6 +58,7 @@ class LruKTier:
         return entry
 
     async def put(self, entry: Entry) -> None:
+        entry = _without_vectors(entry)
         if entry.size_bytes > self._config.max_bytes:
             return  # could never fit; storing it would evict everything else first
         if entry.entry_id in self._entries:
@@ -95,6 +97,7 @@ class LruKTier:
         return len(self._entries)
 
     def _swap(self, entry: Entry) -> None:
+        entry = _without_vectors(entry)
         old = self._entries[entry.entry_id]
         self._unindex(old)
         self._entries[entry.entry_id] = entry
@@ -142,3 +145,11 @@ class LruKTier:
         if len(self._expiry) > 4 * len(self._entries) + 64:
             self._expiry = [(e.hard_expires_at, e.entry_id) for e in self._entries.values()]
             heapq.heapify(self._expiry)
+
+
+def _without_vectors(entry: Entry) -> Entry:
+    """The copy to hold: a hit never needs the vectors (3 KB a semantic entry with MiniLM);
+    the semantic tier keeps its own, Redis the stored ones."""
+    if entry.vector is None and entry.answer_vector is None:
+        return entry
+    return replace(entry, vector=None, answer_vector=None)

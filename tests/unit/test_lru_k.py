@@ -181,3 +181,16 @@ async def test_tier_keeps_entries_until_ttl_plus_grace(elapsed_s: float, present
     await tier.put(entry("a"))  # ttl 300 s, grace 60 s
     clock.advance(elapsed_s)
     assert (await tier.get(TAG + "a") is not None) is present
+
+
+async def test_the_tier_holds_entries_without_their_vectors() -> None:
+    # A hit never needs them; they would triple a short answer's footprint.
+    tier = LruKTier(LruKConfig(), ManualClock(wall_start_s=1_700_001_010.0))
+    entry = make_entry("v", vector=b"\x01" * 1536, answer_vector=b"\x02" * 1536)
+    await tier.put(entry)
+    held = await tier.get(entry.exact_key)
+    assert held is not None and (held.vector, held.answer_vector) == (None, None)
+    assert held.body == entry.body
+    assert await tier.replace(entry)
+    held = await tier.get_by_id(entry.entry_id)
+    assert held is not None and held.answer_vector is None
