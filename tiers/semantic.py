@@ -114,25 +114,10 @@ class SemanticTier:
         index = self._indexes.get(partition)
         if index is None:
             return []
-        k = self._config.candidates
-        if len(index) >= OFF_LOOP_MIN_VECTORS:
-            loop = asyncio.get_running_loop()
-            found = await loop.run_in_executor(self._executor, index.search, vector, k)
-        else:
-            found = index.search(vector, k)
-        now = self._clock.time()
         relaxed = threshold_override is not None
-        # A hit needs a fresh entry; a relaxed (degraded) match takes one within its grace.
-        live = [
-            (item, similarity)
-            for item, similarity in (
-                (self._entries.get(self._by_vector.get(vector_id, "")), similarity)
-                for vector_id, similarity in found
-            )
-            if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
-        ]
+        live = await self._neighbours(index, vector, relaxed)
         checked = 0
-        for rank, (item, similarity) in enumerate(live):
+        for item, similarity in live:
             threshold = (
                 threshold_override
                 if threshold_override is not None
@@ -148,12 +133,51 @@ class SemanticTier:
             if not self._same_question(query, item):
                 continue
             # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
-            if await self._contradicted(query, item, similarity, live, rank):
+            if await self._contradicted(query, item, similarity, live):
                 self._stats.guard_rejections["answers"] += 1
                 return []
             self._recency.move_to_end(item.entry_id)
             return [SemanticCandidate(item.entry_id, similarity)]
         return []
+
+    async def contradicts(
+        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+    ) -> bool:
+        """Whether a neighbour contradicts `entry_id` as the answer to this query (see
+        `_contradicted`): for matches found without a similarity search (the lemma key)."""
+        index = self._indexes.get(partition)
+        item = self._entries.get(entry_id)
+        if index is None or item is None or item.answer is None or self._config.answer_margin <= 0:
+            return False
+        own = index.vector(item.vector_id)
+        if own is None:
+            return False
+        similarity = float(np.dot(vector, own))
+        if await self._contradicted(query, item, similarity, await self._neighbours(index, vector)):
+            self._stats.guard_rejections["answers"] += 1
+            return True
+        return False
+
+    async def _neighbours(
+        self, index: VectorIndex, vector: np.ndarray, relaxed: bool = False
+    ) -> list[tuple[_Indexed, float]]:
+        """The `candidates` nearest entries, best first. A hit needs a fresh entry; a relaxed
+        (degraded) match takes one within its grace."""
+        k = self._config.candidates
+        if len(index) >= OFF_LOOP_MIN_VECTORS:
+            loop = asyncio.get_running_loop()
+            found = await loop.run_in_executor(self._executor, index.search, vector, k)
+        else:
+            found = index.search(vector, k)
+        now = self._clock.time()
+        return [
+            (item, similarity)
+            for item, similarity in (
+                (self._entries.get(self._by_vector.get(vector_id, "")), similarity)
+                for vector_id, similarity in found
+            )
+            if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
+        ]
 
     def _same_question(self, query: Analysis, item: _Indexed) -> bool:
         verdict = self._guard.compare(query, item.analysis)
@@ -167,7 +191,6 @@ class SemanticTier:
         best: _Indexed,
         similarity: float,
         live: list[tuple[_Indexed, float]],
-        rank: int,
     ) -> bool:
         """Whether another neighbour within `answer_margin` of `similarity` asks the same
         question (by the guards) and has an answer that disagrees with `best`'s. Neighbours
@@ -175,8 +198,8 @@ class SemanticTier:
         margin = self._config.answer_margin
         if margin <= 0 or best.answer is None:
             return False
-        for other_rank, (other, other_similarity) in enumerate(live):
-            if other_rank == rank or other.answer is None:
+        for other, other_similarity in live:
+            if other is best or other.answer is None:
                 continue
             if other_similarity < similarity - margin:
                 break  # best first: the rest are further away still

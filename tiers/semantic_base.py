@@ -32,6 +32,13 @@ class SemanticIndex(Protocol):
         degraded match) that threshold applies instead, and entries within their grace count."""
         ...
 
+    async def contradicts(
+        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+    ) -> bool:
+        """Whether another entry near the query asks the same question but was answered
+        differently from `entry_id` (the answer check, for lemma-key matches)."""
+        ...
+
     async def add(self, entry: Entry) -> None: ...
 
     async def update(self, entry: Entry) -> None:
@@ -56,6 +63,11 @@ class NullSemanticIndex:
         threshold_override: float | None = None,
     ) -> list[SemanticCandidate]:
         return []
+
+    async def contradicts(
+        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+    ) -> bool:
+        return False
 
     async def add(self, entry: Entry) -> None:
         return None

@@ -102,7 +102,7 @@ class CacheService:
                     request, key, MatchKind.LEMMA, now, max_age_s, lemma_stale
                 )
             stale = stale or lemma_stale
-            if hit is not None:
+            if hit is not None and not await self._contradicted(request, features, hit.entry):
                 return LookupOutcome(hit, stale)
         hit = await self._semantic_lookup(request, features, now, max_age_s)
         return LookupOutcome(hit, stale)
@@ -163,6 +163,19 @@ class CacheService:
             if self._acceptable(entry, now, max_age_s):
                 return Lookup(entry, TierName.SEMANTIC, MatchKind.SEMANTIC, candidate.similarity)
         return None
+
+    async def _contradicted(
+        self, request: CacheRequest, features: PromptFeatures, entry: Entry
+    ) -> bool:
+        """The semantic tier's answer check for a lemma-key match: the same lemma skeleton
+        does not make near-identical questions answered differently any safer to serve."""
+        analysis = await features.analysis()
+        vector = await features.vector()
+        if vector is None or analysis is None:
+            return False
+        return await self._semantic.contradicts(
+            request.partition, vector, analysis.analysis, entry.entry_id
+        )
 
     async def neighbour(
         self, request: CacheRequest, features: PromptFeatures, threshold: float

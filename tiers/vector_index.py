@@ -63,6 +63,10 @@ class VectorIndex:
                 self._index.remove_ids(faiss.IDSelectorBatch(np.array([vector_id], dtype=np.int64)))
             return True
 
+    def vector(self, vector_id: int) -> Vector | None:
+        with self._lock:
+            return self._vectors.get(vector_id)
+
     def search(self, vector: Vector, k: int) -> list[tuple[int, float]]:
         """Up to k (id, cosine) pairs, best first."""
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, self._dim)

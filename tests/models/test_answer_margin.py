@@ -55,6 +55,11 @@ class Fixture:
             answer_vector=None if answer is None else vectors[1].astype(np.float32).tobytes(),
         )
 
+    async def contradicts(self, entry_id: str) -> bool:
+        vector = self.embedder.embed_many([QUERY])[0]
+        analysis = self.analyzer.analyze(QUERY)
+        return await self.tier.contradicts(make_entry().partition, vector, analysis, entry_id)
+
     async def search(self) -> list[str]:
         vector = self.embedder.embed_many([QUERY])[0]
         found = await self.tier.search(make_entry().partition, vector, self.analyzer.analyze(QUERY))
@@ -117,3 +122,16 @@ async def test_an_answer_vector_attached_later_takes_part(make: Make) -> None:
     assert await f.search() == ["near"]  # nothing to compare with yet
     await f.tier.update(late)
     assert await f.search() == []
+
+
+async def test_a_lemma_key_match_is_checked_the_same_way(make: Make) -> None:
+    # "How do I reset my PIN?" and "How can I reset my PIN?" share a lemma key: the lookup
+    # asks the tier whether that match is contradicted.
+    f = make()
+    near = f.entry("near", NEAREST, CHANGE)
+    await f.tier.add(near)
+    await f.tier.add(f.entry("next", NEXT, CHANGE_AGAIN))
+    assert not await f.contradicts(near.entry_id)
+    await f.tier.add(f.entry("other", "How can I go about resetting my PIN?", BLOCKED))
+    assert await f.contradicts(near.entry_id)
+    assert f.stats.guard_rejections["answers"] == 1
