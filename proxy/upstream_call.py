@@ -69,7 +69,14 @@ class UpstreamCaller:
             finally:
                 response.release()
         if completion is not None:
-            await self._store(flight.entry_id, plan, completion)
+            await self._store(
+                flight.entry_id,
+                plan.request,
+                plan.features,
+                completion,
+                plan.store_ttl_cap_s,
+                plan.added_logprobs,
+            )
 
     async def _relay(
         self, flight: Flight, plan: CallPlan, response: UpstreamResponse
@@ -137,21 +144,28 @@ class UpstreamCaller:
             r in CLEAN_FINISH for r in _finish_reasons(completion) or [None]
         ):
             return False
-        plan = CallPlan(request, _NO_UPSTREAM, features, True, None, False)
-        await self._store(entry_id, plan, completion)
+        await self._store(entry_id, request, features, completion, None, False)
         return True
 
-    async def _store(self, entry_id: str, plan: CallPlan, completion: dict[str, Any]) -> None:
+    async def _store(
+        self,
+        entry_id: str,
+        request: CacheRequest,
+        features: PromptFeatures,
+        completion: dict[str, Any],
+        ttl_cap_s: float | None,
+        strip_logprobs: bool,
+    ) -> None:
         # The waiters have their answer; storing is background work. Let the event loop serve
         # what is waiting first, and again between building the entry and writing it.
         await asyncio.sleep(0)
         entry = await self._entries.build(
             entry_id,
-            plan.request,
+            request,
             completion,
-            plan.features,
-            plan.store_ttl_cap_s,
-            plan.added_logprobs,
+            features,
+            ttl_cap_s,
+            strip_logprobs,
         )
         if entry is None:
             self._stats.not_stored["too_large"] += 1
@@ -161,10 +175,6 @@ class UpstreamCaller:
         answer = await self._entries.answer_vector(entry, completion)
         if answer is not None:
             await self._service.attach_answer_vector(entry.entry_id, answer)
-
-
-# The plan of a store that made no upstream call of its own (store_answer).
-_NO_UPSTREAM = UpstreamRequest("POST", "", (), b"")
 
 
 def _finish_reasons(completion: dict[str, Any]) -> list[Any]:
