@@ -11,6 +11,7 @@ answered differently.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,8 +52,16 @@ def answer_of(completion: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
 
 
 async def compare_answers(
-    cached: dict[str, Any], fresh: dict[str, Any], embedder: AnswerEmbedder | None, agreement: float
+    cached: dict[str, Any],
+    fresh: dict[str, Any],
+    embedder: AnswerEmbedder | None,
+    agree: Callable[[float], bool],
+    cached_vector: np.ndarray | None = None,
 ) -> Verdict:
+    """`agree` says whether two answer embeddings at a cosine say the same thing (one rule for
+    the verifier and the semantic tier's answer check: `ThresholdController.answers_agree`);
+    `cached_vector`, the cached answer's embedding where the semantic tier already holds it,
+    saves embedding that answer again."""
     cached_text, cached_calls = answer_of(cached)
     fresh_text, fresh_calls = answer_of(fresh)
     if cached_calls or fresh_calls:
@@ -61,9 +70,12 @@ async def compare_answers(
         return Verdict(True, "key")
     if embedder is None:
         return Verdict(False, "key")
-    a, b = await asyncio.gather(embedder.embed(cached_text), embedder.embed(fresh_text))
+    if cached_vector is None:
+        a, b = await asyncio.gather(embedder.embed(cached_text), embedder.embed(fresh_text))
+    else:
+        a, b = cached_vector, await embedder.embed(fresh_text)
     similarity = float(np.dot(a, b))
-    return Verdict(similarity >= agreement, "embedding", similarity)
+    return Verdict(agree(similarity), "embedding", similarity)
 
 
 async def answer_vector(completion: dict[str, Any], embedder: AnswerEmbedder) -> bytes | None:

@@ -3,7 +3,8 @@
 The client gets the cached answer at once; then, for `verify.sample_share` of semantic hits,
 the same request is sent upstream in the background and the fresh answer is compared with the
 cached one: first by normalized answer keys (canonical text, or tool names and arguments), then
-by answer-embedding cosine (≥ `verify.answer_agreement` agrees). The outcome feeds the
+by answer-embedding cosine (≥ `verify.answer_agreement` agrees; the cached answer's embedding
+is the one the semantic tier holds, when attached). The outcome feeds the
 threshold controller and the false-hit estimate, and moves the entry's own floor. A
 disagreement also hands the fresh answer to the caller's sink (`verify.store_disagreeing`),
 which stores it for the verified prompt: the answer was paid for, the prompt's repeats then hit
@@ -97,7 +98,11 @@ class Verifier:
             cached = lookup.entry.completion("", 0)
             # Inside the try: the answer embedding fails too while the feature worker restarts.
             verdict = await compare_answers(
-                cached, fresh, self._embedder, self._config.answer_agreement
+                cached,
+                fresh,
+                self._embedder,
+                self._thresholds.answers_agree,
+                self._service.answer_vector(lookup.entry.entry_id),
             )
         except DejaError as exc:
             self.failed += 1

@@ -251,6 +251,10 @@ class SemanticTier:
             self.evictions += 1
         self._maybe_rebuild(entry.partition, index)
 
+    def answer_vector(self, entry_id: str) -> np.ndarray | None:
+        item = self._entries.get(entry_id)
+        return None if item is None else item.answer
+
     async def update(self, entry: Entry) -> None:
         item = self._entries.get(entry.entry_id)
         if item is not None:

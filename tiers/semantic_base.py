@@ -39,6 +39,10 @@ class SemanticIndex(Protocol):
         differently from `entry_id` (the answer check, for lemma-key matches)."""
         ...
 
+    def answer_vector(self, entry_id: str) -> np.ndarray | None:
+        """The indexed entry's answer embedding, once attached (None otherwise)."""
+        ...
+
     async def add(self, entry: Entry) -> None: ...
 
     async def update(self, entry: Entry) -> None:
@@ -68,6 +72,9 @@ class NullSemanticIndex:
         self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
     ) -> bool:
         return False
+
+    def answer_vector(self, entry_id: str) -> np.ndarray | None:
+        return None
 
     async def add(self, entry: Entry) -> None:
         return None

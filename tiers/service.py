@@ -16,6 +16,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from core.clock import Clock
 from core.errors import TierUnavailable
 from normalize.features import PromptFeatures
@@ -78,6 +80,11 @@ class CacheService:
     @property
     def semantic(self) -> SemanticIndex:
         return self._semantic
+
+    def answer_vector(self, entry_id: str) -> np.ndarray | None:
+        """The entry's answer embedding as the semantic tier holds it (None when it has none:
+        not attached yet, a tool-call answer, or the semantic tier is off)."""
+        return self._semantic.answer_vector(entry_id)
 
     async def lookup(
         self, request: CacheRequest, features: PromptFeatures, max_age_s: float | None = None

@@ -120,8 +120,13 @@ async def test_an_answer_vector_attached_later_takes_part(make: Make) -> None:
     late = f.entry("next", NEXT, BLOCKED)
     await f.tier.add(replace(late, answer_vector=None))
     assert await f.search() == ["near"]  # nothing to compare with yet
+    assert f.tier.answer_vector(late.entry_id) is None
     await f.tier.update(late)
     assert await f.search() == []
+    # The verifier reads it back rather than embedding the cached answer again.
+    assert late.answer_vector is not None
+    held = f.tier.answer_vector(late.entry_id)
+    assert held is not None and held.tobytes() == late.answer_vector
 
 
 async def test_a_lemma_key_match_is_checked_the_same_way(make: Make) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -59,13 +59,17 @@ class TableEmbedder:
 # --- comparing answers ---------------------------------------------------------------------
 
 
+def at_least(level: float) -> Callable[[float], bool]:
+    return lambda cosine: cosine >= level
+
+
 async def test_answers_equal_after_normalization_agree_by_key() -> None:
     embedder = TableEmbedder({})
     verdict = await compare_answers(
         chat("Reset it in the app under  Settings."),
         chat("reset it in the APP under settings."),
         embedder,
-        0.85,
+        at_least(0.85),
     )
     assert verdict == Verdict(True, "key")
     assert embedder.calls == []  # the cheap check decided
@@ -73,16 +77,28 @@ async def test_answers_equal_after_normalization_agree_by_key() -> None:
 
 async def test_different_answers_fall_back_to_answer_embeddings() -> None:
     embedder = TableEmbedder({"A": [1.0, 0.0], "B": [0.9, (1 - 0.81) ** 0.5], "C": [0.5, 0.866]})
-    near = await compare_answers(chat("A"), chat("B"), embedder, 0.85)
+    near = await compare_answers(chat("A"), chat("B"), embedder, at_least(0.85))
     assert near.agreed and near.how == "embedding"
     assert near.similarity == pytest.approx(0.9)
-    far = await compare_answers(chat("A"), chat("C"), embedder, 0.85)
+    far = await compare_answers(chat("A"), chat("C"), embedder, at_least(0.85))
     assert not far.agreed and far.similarity == pytest.approx(0.5, abs=1e-3)
-    assert not (await compare_answers(chat("A"), chat("B"), embedder, 0.95)).agreed
+    assert not (await compare_answers(chat("A"), chat("B"), embedder, at_least(0.95))).agreed
+
+
+async def test_a_held_answer_vector_is_not_embedded_again() -> None:
+    embedder = TableEmbedder({"B": [0.9, (1 - 0.81) ** 0.5], "C": [0.5, 0.866]})
+    held = np.asarray([1.0, 0.0])
+    near = await compare_answers(chat("A"), chat("B"), embedder, at_least(0.85), held)
+    assert near.agreed and near.similarity == pytest.approx(0.9)
+    far = await compare_answers(chat("A"), chat("C"), embedder, at_least(0.85), held)
+    assert not far.agreed
+    assert embedder.calls == ["B", "C"]  # only the fresh answers: "A" was never embedded
 
 
 async def test_without_an_embedder_only_the_keys_decide() -> None:
-    assert await compare_answers(chat("yes"), chat("no"), None, 0.85) == Verdict(False, "key")
+    assert await compare_answers(chat("yes"), chat("no"), None, at_least(0.85)) == Verdict(
+        False, "key"
+    )
 
 
 async def test_tool_calls_compare_by_name_and_parsed_arguments() -> None:
@@ -90,11 +106,15 @@ async def test_tool_calls_compare_by_name_and_parsed_arguments() -> None:
     same = chat(None, [call("get_weather", '{"unit":"C","city":"Paris"}')])
     other_args = chat(None, [call("get_weather", '{"city": "Rome", "unit": "C"}')])
     other_name = chat(None, [call("get_time", '{"city": "Paris", "unit": "C"}')])
-    assert await compare_answers(cached, same, None, 0.85) == Verdict(True, "tools")
-    assert await compare_answers(cached, other_args, None, 0.85) == Verdict(False, "tools")
-    assert await compare_answers(cached, other_name, None, 0.85) == Verdict(False, "tools")
+    assert await compare_answers(cached, same, None, at_least(0.85)) == Verdict(True, "tools")
+    assert await compare_answers(cached, other_args, None, at_least(0.85)) == Verdict(
+        False, "tools"
+    )
+    assert await compare_answers(cached, other_name, None, at_least(0.85)) == Verdict(
+        False, "tools"
+    )
     # A tool call against a text answer never agrees, whatever the text.
-    assert not (await compare_answers(cached, chat("Paris: 20 C"), None, 0.85)).agreed
+    assert not (await compare_answers(cached, chat("Paris: 20 C"), None, at_least(0.85))).agreed
 
 
 def test_answer_of_reads_chat_tool_calls_and_legacy_text() -> None:
