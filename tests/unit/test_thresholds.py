@@ -49,6 +49,45 @@ def test_a_higher_verified_rate_drives_the_threshold_up_and_a_lower_one_down() -
     assert better.global_threshold < 0.86 < worse.global_threshold
 
 
+def test_a_threshold_clearly_too_loose_climbs_in_bigger_steps() -> None:
+    # 5 % wrong over the last 200 verified (95 % interval [2.7 %, 9.0 %], over the target):
+    # once 100 are in, each disagreement moves T by up to 4 steps instead of 1.
+    boosted = controller(0.80, threshold_max=2.0)
+    for i in range(200):
+        boosted.record(agreed=i % 20 != 19)
+    plain = 0.80 + 10 * 0.01 - 190 * DOWN
+    assert boosted.global_threshold > plain + 0.1
+    assert boosted.boost() == 4.0  # 5 % / 0.7 % is over the cap
+    # The estimate is not touched: it counts what was verified.
+    assert (boosted.estimator.estimate().verified, boosted.estimator.estimate().wrong) == (200, 10)
+
+
+def test_near_the_aim_each_disagreement_is_one_step() -> None:
+    # 4 wrong of 200 (2 %, interval [0.78 %, 5.0 %]) is not clearly over the 1 % target.
+    c = controller()
+    for i in range(200):
+        c.record(agreed=i % 50 != 49)
+    assert c.boost() == 1.0
+    assert c.global_threshold == pytest.approx(0.86 + 4 * 0.01 - 196 * DOWN)
+
+
+def test_fewer_than_100_verifications_never_boost() -> None:
+    c = controller(0.80)
+    for _ in range(10):
+        c.record(agreed=False)
+    assert c.global_threshold == pytest.approx(0.90)
+
+
+def test_the_boost_forgets_evidence_older_than_200_verifications() -> None:
+    c = controller(0.80)
+    for i in range(200):
+        c.record(agreed=i % 10 != 0)
+    assert c.boost() > 1.0
+    for _ in range(200):
+        c.record(agreed=True)
+    assert c.boost() == 1.0
+
+
 def test_the_global_threshold_stays_within_its_bounds() -> None:
     assert controller(0.5).global_threshold == 0.80
     assert controller(0.995).global_threshold == 0.99
