@@ -1,9 +1,9 @@
 """Calibration of semantic hits: does the false-hit estimate tell the truth, and do
 self-calibrating thresholds keep wrong hits under the target without giving up hit rate?
 
-    .venv/bin/python bench/calibration.py            # full run (16-25 min on two cores)
+    .venv/bin/python bench/calibration.py            # full run (~30 min on two cores)
     .venv/bin/python bench/calibration.py --quick    # a smoke run (~2 min)
-    .venv/bin/python bench/calibration.py --static 0.86 0.94 0.97   # more of the static frontier
+    .venv/bin/python bench/calibration.py --static 0.86 0.97   # other static thresholds
 
 Workload: Banking77 (dev half, 6,604 prompts in 38 intent groups) as a stream in which new
 prompts keep arriving among repeats: `--new-share` of the queries (11 %) are prompts not asked
@@ -64,9 +64,10 @@ from core.config import SemanticConfig, VerifyConfig
 
 TOKEN = "calibration"
 CHAT = "/v1/chat/completions"
-# A pinned 0.72 gives ~7 % wrong hits on this stream, 0.76 ~2.5 %: 0.74 starts near 5 %.
-LOOSE_START = 0.74
-LOOSE_MIN = 0.70
+# With the shipped hit rule (guards and the neighbour-answer check), a pinned 0.68 gave 4.0 %
+# wrong hits over the first 5,000 queries of this stream and 0.62 9.9 %: 0.67 starts near 5 %.
+LOOSE_START = 0.67
+LOOSE_MIN = 0.62
 
 
 @dataclass(frozen=True)
@@ -113,16 +114,14 @@ def run_specs(extra_static: list[float]) -> list[RunSpec]:
             verify.threshold_max,
             True,
         ),
-        # Loose: a low threshold and no neighbour-answer check (with the check on, no threshold
-        # down to 0.66 gets near 5 % wrong hits on this stream).
+        # Loose: the shipped settings but a starting threshold low enough for ~5 % wrong hits.
         RunSpec(
-            f"self-calibrating from {LOOSE_START:.2f}, no answer check (loose)",
+            f"self-calibrating from {LOOSE_START:.2f} (loose)",
             "self-calibrating",
             LOOSE_START,
             LOOSE_MIN,
             verify.threshold_max,
             True,
-            answer_margin=0.0,
         ),
         # The same static threshold without the check: what the check itself buys.
         RunSpec(
@@ -370,7 +369,7 @@ def main() -> None:
     args.queries = args.queries or (8_000 if args.quick else 60_000)
     args.window = args.window or (1_000 if args.quick else 5_000)
     if args.static is None:
-        args.static = [] if args.quick else [0.84]
+        args.static = [] if args.quick else [0.84, 0.87, 0.92, 0.94]
     name = args.name or ("calibration-quick" if args.quick else "calibration")
 
     if args.render:
