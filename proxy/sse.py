@@ -18,7 +18,16 @@ from normalize.request import Route
 DONE = "[DONE]"
 # Answers are only cached when every choice ended for one of these reasons.
 CLEAN_FINISH = frozenset({"stop", "tool_calls"})
+
+
 _REPLAY_PIECE_CHARS = 64
+
+
+def finished_cleanly(reasons: list[Any]) -> bool:
+    """Whether an answer with these finish reasons (one per choice) is complete: there is at
+    least one choice, and every one ended with stop or tool_calls (never length or
+    content_filter)."""
+    return bool(reasons) and all(r in CLEAN_FINISH for r in reasons)
 
 
 class SseParser:
@@ -107,13 +116,7 @@ class CompletionAssembler:
     def is_clean(self) -> bool:
         """A complete answer worth caching: terminal event, no error, every choice finished
         with stop or tool_calls (never length or content_filter)."""
-        reasons = self.finish_reasons
-        return (
-            self.saw_done
-            and self.error is None
-            and bool(reasons)
-            and all(r in CLEAN_FINISH for r in reasons)
-        )
+        return self.saw_done and self.error is None and finished_cleanly(self.finish_reasons)
 
     def completion(self) -> dict[str, Any]:
         obj = dict(self._top)

@@ -19,7 +19,7 @@ from normalize.features import PromptFeatures
 from normalize.request import CacheRequest
 from proxy.entry_builder import EntryBuilder
 from proxy.flight import Flight, FlightBody, FlightChunk, FlightEnd, FlightHead
-from proxy.sse import CLEAN_FINISH, DONE, CompletionAssembler, SseParser
+from proxy.sse import CLEAN_FINISH, DONE, CompletionAssembler, SseParser, finished_cleanly
 from proxy.upstream import UpstreamRequest, UpstreamResponse
 from proxy.upstream_gate import UpstreamGate
 from tiers.service import CacheService
@@ -129,7 +129,7 @@ class UpstreamCaller:
         if not plan.store:
             self._stats.not_stored["no_store"] += 1
             return False
-        if not reasons or not all(r in CLEAN_FINISH for r in reasons):
+        if not finished_cleanly(reasons):
             bad = next((str(r) for r in reasons if r not in CLEAN_FINISH), "no_choices")
             self._stats.not_stored[bad] += 1
             return False
@@ -140,9 +140,7 @@ class UpstreamCaller:
     ) -> bool:
         """Store an answer obtained outside a flight (a verification's fresh answer) for
         `request`, when it is a clean, finished completion; True if stored."""
-        if not isinstance(completion, dict) or not all(
-            r in CLEAN_FINISH for r in _finish_reasons(completion) or [None]
-        ):
+        if not isinstance(completion, dict) or not finished_cleanly(_finish_reasons(completion)):
             return False
         await self._store(entry_id, request, features, completion, None, False)
         return True

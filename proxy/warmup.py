@@ -22,7 +22,7 @@ from normalize.screen import PromptScreen
 from proxy.directives import parse_directives
 from proxy.entry_builder import EntryBuilder, asked_logprobs
 from proxy.request_body import validate
-from proxy.sse import CLEAN_FINISH
+from proxy.sse import finished_cleanly
 from tiers.service import CacheService
 
 
@@ -86,7 +86,7 @@ class WarmUp:
         if not isinstance(choices, list) or not choices:
             raise InvalidRequest("'response' must be a completion with choices")
         reasons = [c.get("finish_reason") if isinstance(c, dict) else None for c in choices]
-        if not all(r in CLEAN_FINISH for r in reasons):
+        if not finished_cleanly(reasons):
             raise InvalidRequest(f"only finished answers are stored (finish_reason {reasons})")
         features = self._features.for_request(creq, loose_matching=True)
         entry_id = f"{creq.tag}-{secrets.token_hex(8)}"
