@@ -89,7 +89,6 @@ class ThresholdController:
         self._up = _UP_STEP
         self._down = _UP_STEP * self._aim / (1 - self._aim)
         self._recent: deque[bool] = deque(maxlen=_RECENT)  # True: a disagreement
-        self._recent_wrong = 0
         self.estimator = FalseHitEstimator()
         self.complaints = 0
 
@@ -119,10 +118,7 @@ class ThresholdController:
     def record(self, agreed: bool) -> None:
         """One verification outcome: the estimate and the global threshold."""
         self.estimator.record(agreed)
-        if len(self._recent) == self._recent.maxlen:
-            self._recent_wrong -= self._recent[0]
         self._recent.append(not agreed)
-        self._recent_wrong += not agreed
         if agreed:
             self._global = self._clamp(self._global - self._down)
         else:
@@ -134,10 +130,11 @@ class ThresholdController:
         n = len(self._recent)
         if n < _RECENT_MIN:
             return 1.0
-        low, _ = wilson_interval(self._recent_wrong, n)
+        wrong = sum(self._recent)  # at most 200, and only on a disagreement
+        low, _ = wilson_interval(wrong, n)
         if low <= self._config.target_false_hit_rate:
             return 1.0
-        return min(_MAX_BOOST, self._recent_wrong / n / self._aim)
+        return min(_MAX_BOOST, wrong / n / self._aim)
 
     def floor_after(self, floor: float, similarity: float, agreed: bool) -> float:
         """An entry's new floor after evidence at `similarity`."""
