@@ -133,23 +133,26 @@ def frontier_verdicts(result: dict[str, Any]) -> list[str]:
         head = f"{run['name']}: {rate:.2%} wrong, new-prompt hit rate {hit:.1%}"
         accurate = [r for r in rule if r["summary"]["late_true_false_hit_rate"] <= rate]
         generous = [r for r in rule if r["summary"]["late_true_false_hit_rate"] > rate]
-        trade = ""
         if accurate:
             best = max(accurate, key=lambda r: r["summary"]["late_new_hit_rate"])
-            text = f"{head}, {{}} the most generous static run at most as wrong, {_point(best)}"
+            verdict = _compare(hit, s, best["summary"])
+            text = (
+                f"{head}, {verdict} the most generous static run at most as wrong, {_point(best)}"
+            )
         else:
             best = min(generous, key=lambda r: r["summary"]["late_true_false_hit_rate"])
+            verdict = _compare(hit, s, best["summary"])
             text = (
-                f"{head}: more accurate than every static run of its rule, and {{}} the most "
-                f"accurate of them, {_point(best)}"
+                f"{head}: more accurate than every static run of its rule, and {verdict} the "
+                f"most accurate of them, {_point(best)}"
             )
         rest = [r for r in generous if r is not best]
         if rest:
             nxt = min(rest, key=lambda r: r["summary"]["late_true_false_hit_rate"])
-            trade = f"; the next static run, {_point(nxt)}, is more wrong"
+            text += f"; the next static run, {_point(nxt)}, is more wrong"
         elif accurate:
-            trade = " (no static run of its rule that was more wrong was measured)"
-        out.append(text.format(_compare(hit, s, best["summary"])) + trade)
+            text += " (no static run of its rule that was more wrong was measured)"
+        out.append(text)
     return out
 
 
