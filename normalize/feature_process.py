@@ -33,6 +33,7 @@ import logging
 import math
 import multiprocessing
 import os
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -51,6 +52,11 @@ ANALYZE, EMBED = "analyze", "embed"
 NICENESS = 19
 # Background texts (answers, often far longer than prompts) per batch.
 _BACKGROUND_BATCH = 2
+# Background texts that may wait at once. Under sustained lookups the background share of the
+# workers can fall behind for good; past this many waiting, a new one is refused at once (its
+# caller goes without an answer embedding) instead of holding its text and its waiting caller
+# in memory for ever.
+BACKGROUND_MAX = 4096
 
 
 class FeatureWorkerUnavailable(DejaError):
@@ -94,8 +100,11 @@ class WorkerPool:
         self._size = size
         self._children: list[_Child] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: list[_Job] = []
-        self._background: list[_Job] = []
+        # Deques, taken from the left: a job whose caller gave up stays queued until it comes
+        # up, and is skipped then; filtering the whole queue at every dispatch cost a
+        # millisecond of event loop with a few thousand background texts waiting.
+        self._queue: deque[_Job] = deque()
+        self._background: deque[_Job] = deque()
         self._ids = itertools.count()
         self._closing = False
         self._restarting: set[int] = set()
@@ -103,6 +112,17 @@ class WorkerPool:
         self.batches = 0
         self.texts = 0
         self.restarts = 0
+        self.background_refused = 0
+
+    @property
+    def queued(self) -> int:
+        """Lookup texts waiting for a worker."""
+        return len(self._queue)
+
+    @property
+    def background_queued(self) -> int:
+        """Background texts waiting for a worker."""
+        return len(self._background)
 
     @property
     def ready(self) -> bool:
@@ -140,8 +160,9 @@ class WorkerPool:
 
     async def close(self) -> None:
         self._closing = True
-        self._fail(self._queue + self._background, f"the {self._kind} workers were closed")
-        self._queue, self._background = [], []
+        self._fail([*self._queue, *self._background], f"the {self._kind} workers were closed")
+        self._queue.clear()
+        self._background.clear()
         for child in self._children:
             child.alive = False
             self._fail([j for batch in child.in_flight.values() for j in batch], "closed")
@@ -160,6 +181,12 @@ class WorkerPool:
             self._restart_dead()
             future.set_exception(FeatureWorkerUnavailable(f"no {self._kind} worker is running"))
             return future
+        if background and len(self._background) >= BACKGROUND_MAX:
+            self.background_refused += 1
+            future.set_exception(
+                FeatureWorkerUnavailable(f"{BACKGROUND_MAX} background texts already wait")
+            )
+            return future
         (self._background if background else self._queue).append(_Job(text, future, background))
         self._dispatch()
         return future
@@ -168,19 +195,17 @@ class WorkerPool:
         """Give idle workers an even share of what is queued: lookups first; background work
         in small batches, and never on the last idle worker of a pool of several, so a lookup
         that arrives meanwhile waits at most for one small batch."""
-        self._queue = [job for job in self._queue if not job.future.done()]
-        self._background = [job for job in self._background if not job.future.done()]
         idle = [c for c in self._children if c.alive and not c.in_flight]
-        while idle and (self._queue or self._background):
-            if self._queue:
-                source = self._queue
-                share = min(self._config.batch_max, math.ceil(len(source) / len(idle)))
+        while idle:
+            if _drop_abandoned(self._queue):
+                share = min(self._config.batch_max, math.ceil(len(self._queue) / len(idle)))
+                batch = _take(self._queue, share)
+            elif not _drop_abandoned(self._background):
+                return
             elif self._size == 1 or self._background_workers() < self._size - 1:
-                source, share = self._background, _BACKGROUND_BATCH
+                batch = _take(self._background, _BACKGROUND_BATCH)
             else:
                 return
-            batch = source[:share]
-            del source[:share]
             child = idle.pop()
             batch_id = next(self._ids)
             child.in_flight[batch_id] = batch
@@ -245,8 +270,9 @@ class WorkerPool:
         self._fail([job for batch in child.in_flight.values() for job in batch], why)
         child.in_flight.clear()
         if not self.ready:
-            self._fail(self._queue + self._background, why)
-            self._queue, self._background = [], []
+            self._fail([*self._queue, *self._background], why)
+            self._queue.clear()
+            self._background.clear()
         self._restart_dead()
         self._dispatch()
 
@@ -274,6 +300,23 @@ class WorkerPool:
             _log.error("restarting the %s worker failed: %s", self._kind, exc)
         finally:
             self._restarting.discard(index)
+
+
+def _drop_abandoned(queue: deque[_Job]) -> bool:
+    """Drop the jobs at the head whose caller gave up; True if a live one is left in front."""
+    while queue and queue[0].future.done():
+        queue.popleft()
+    return bool(queue)
+
+
+def _take(queue: deque[_Job], n: int) -> list[_Job]:
+    """Up to n live jobs from the head of `queue` (at least one: its head is live)."""
+    batch: list[_Job] = []
+    while queue and len(batch) < n:
+        job = queue.popleft()
+        if not job.future.done():
+            batch.append(job)
+    return batch
 
 
 class FeatureProcess:

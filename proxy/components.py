@@ -90,6 +90,9 @@ class Deja:
                 g[f"{name}_batches"] = worker.batches
                 g[f"{name}_texts"] = worker.texts
                 g[f"{name}_worker_restarts"] = worker.restarts
+                g[f"{name}_queued"] = worker.queued
+                g[f"{name}_background_queued"] = worker.background_queued
+                g[f"{name}_background_refused"] = worker.background_refused
         if self.replication is not None:
             g["replication_events_applied"] = self.replication.applied
         estimate = self.thresholds.estimator.estimate()

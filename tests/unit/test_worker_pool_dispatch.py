@@ -7,8 +7,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from core.config import SemanticConfig
-from normalize.feature_process import EMBED, WorkerPool, _Child
+from normalize.feature_process import (
+    BACKGROUND_MAX,
+    EMBED,
+    FeatureWorkerUnavailable,
+    WorkerPool,
+    _Child,
+)
 
 
 class Pipe:
@@ -68,3 +76,34 @@ async def test_queued_lookups_go_before_queued_background_work() -> None:
     assert texts(pipes)[-1] == ["an answer"]
     await asyncio.sleep(0)
     assert first.result() == "v:first prompt"
+
+
+async def test_texts_whose_callers_gave_up_are_skipped_not_sent() -> None:
+    pool, pipes = pool_of(1)
+    pool.submit("first prompt")
+    gone = [pool.submit(f"abandoned {i}") for i in range(3)]
+    kept = pool.submit("still wanted")
+    for future in gone:
+        future.cancel()
+    gone_answer = pool.submit("abandoned answer", background=True)
+    gone_answer.cancel()
+    pool.submit("wanted answer", background=True)
+    finish(pool, pipes[0], 0)
+    assert texts(pipes)[-1] == ["still wanted"]
+    finish(pool, pipes[0], 0)
+    assert texts(pipes)[-1] == ["wanted answer"]
+    await asyncio.sleep(0)
+    assert kept.result() == "v:still wanted"
+    assert pool.queued == 0 and pool.background_queued == 0
+
+
+async def test_background_texts_past_the_bound_are_refused_at_once() -> None:
+    pool, _ = pool_of(1)
+    pool.submit("a prompt")  # the worker is busy: everything after it waits
+    waiting = [pool.submit(f"answer {i}", background=True) for i in range(BACKGROUND_MAX)]
+    refused = pool.submit("one answer too many", background=True)
+    with pytest.raises(FeatureWorkerUnavailable):
+        refused.result()
+    assert pool.background_refused == 1 and pool.background_queued == BACKGROUND_MAX
+    lookup = pool.submit("a lookup is never refused for it")
+    assert not lookup.done() and not any(f.done() for f in waiting)
