@@ -5,6 +5,10 @@ wait, before every /metrics scrape, and at shutdown) the ledger drains: each req
 in the metrics and, when the access log is on, becomes one line, and the log writes the batch at
 once. Under load this took a cache hit's throughput up by about 5% (A/B runs) against doing the
 same work inside each request (the hot path stays small; the batch runs as one tight loop).
+
+The timed drain takes `chunk` requests per turn of the event loop: at 4,000 hits a second a
+200 ms batch is 800 requests, about 1.5 ms of work here, and a cache hit arriving meanwhile
+waited for all of it (one such wait every 200 ms showed in the exact-hit p99).
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ class RequestLedger:
         access_log: AccessLogWriter,
         interval_s: float = 0.2,
         max_pending: int = 4096,
+        chunk: int = 128,
     ) -> None:
         self._metrics = metrics
         self._access_log = access_log
         self._interval_s = interval_s
         self._max_pending = max_pending
+        self._chunk = chunk
         self._pending: list[FinishedRequest] = []
         self._drain_scheduled = False
 
@@ -58,12 +64,21 @@ class RequestLedger:
             asyncio.get_running_loop().call_later(self._interval_s, self._scheduled_drain)
 
     def _scheduled_drain(self) -> None:
+        """One chunk now; the rest on the next turns of the loop, one chunk a turn."""
         self._drain_scheduled = False
-        self.drain()
+        batch = self._pending[: self._chunk]
+        del self._pending[: self._chunk]
+        self._flush(batch)
+        if self._pending:
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_drain)
 
     def drain(self) -> None:
-        """Observe and log everything recorded so far."""
+        """Observe and log everything recorded so far, at once."""
         pending, self._pending = self._pending, []
+        self._flush(pending)
+
+    def _flush(self, pending: list[FinishedRequest]) -> None:
         if not pending:
             return
         observe = self._metrics.observe_request

@@ -86,6 +86,21 @@ async def test_the_batch_drains_by_itself_after_the_interval() -> None:
     assert [line["request_id"] for line in lines(stream)] == ["r1", "r2"]
 
 
+async def test_the_timed_drain_takes_a_chunk_per_turn_of_the_loop() -> None:
+    observed, stream = Observed(), io.BytesIO()
+    ledger = RequestLedger(observed, AccessLog(stream), interval_s=0, chunk=2)
+    for i in range(5):
+        ledger.record("POST", hit(f"r{i}"), 200, 0.001)
+    counts = []
+    for _ in range(10):
+        await asyncio.sleep(0)
+        counts.append(len(observed.calls))
+    steps = [b - a for a, b in zip([0, *counts], counts, strict=False)]
+    # Never more than a chunk in one turn, so other callbacks run in between; nothing lost.
+    assert max(steps) == 2 and counts[-1] == 5
+    assert [line["request_id"] for line in lines(stream)] == [f"r{i}" for i in range(5)]
+
+
 async def test_a_full_batch_drains_at_once() -> None:
     observed = Observed()
     ledger = RequestLedger(observed, NoAccessLog(), interval_s=60, max_pending=3)
