@@ -39,6 +39,16 @@ def pinned(core: int | None, argv: Sequence[str]) -> list[str]:
     return ["taskset", "-c", str(core), *argv]
 
 
+def idle_priority(argv: Sequence[str]) -> list[str]:
+    """argv run in the SCHED_IDLE class (only on CPU time nothing else wants) where chrt exists,
+    else at the lowest nice. For load generators and stubs that share a core with the client
+    whose latency is measured: under EEVDF a woken task may wait for a nice-19 neighbour to
+    finish its slice (milliseconds), but a SCHED_IDLE one gives way at once."""
+    if shutil.which("chrt") is not None:
+        return ["chrt", "--idle", "0", *argv]
+    return ["nice", "-n", "19", *argv]
+
+
 class Process:
     """A child process with its output in a log file; killed on close."""
 
