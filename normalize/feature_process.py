@@ -160,9 +160,7 @@ class WorkerPool:
 
     async def close(self) -> None:
         self._closing = True
-        self._fail([*self._queue, *self._background], f"the {self._kind} workers were closed")
-        self._queue.clear()
-        self._background.clear()
+        self._fail_waiting(f"the {self._kind} workers were closed")
         for child in self._children:
             child.alive = False
             self._fail([j for batch in child.in_flight.values() for j in batch], "closed")
@@ -270,11 +268,15 @@ class WorkerPool:
         self._fail([job for batch in child.in_flight.values() for job in batch], why)
         child.in_flight.clear()
         if not self.ready:
-            self._fail([*self._queue, *self._background], why)
-            self._queue.clear()
-            self._background.clear()
+            self._fail_waiting(why)
         self._restart_dead()
         self._dispatch()
+
+    def _fail_waiting(self, why: str) -> None:
+        """Fail every queued text, lookups and background alike, and empty the queues."""
+        self._fail([*self._queue, *self._background], why)
+        self._queue.clear()
+        self._background.clear()
 
     @staticmethod
     def _fail(jobs: list[_Job], why: str) -> None:

@@ -29,6 +29,12 @@ class Pipe:
         self.sent.append(message)
         self._log.append(message[1])
 
+    def fileno(self) -> int:
+        return 10_000  # never registered with the loop: removing its reader is a no-op
+
+    def close(self) -> None:
+        self.closed = True
+
 
 def pool_of(size: int) -> tuple[WorkerPool, list[Pipe]]:
     pool = WorkerPool(EMBED, SemanticConfig(), size)
@@ -107,3 +113,15 @@ async def test_background_texts_past_the_bound_are_refused_at_once() -> None:
     assert pool.background_refused == 1 and pool.background_queued == BACKGROUND_MAX
     lookup = pool.submit("a lookup is never refused for it")
     assert not lookup.done() and not any(f.done() for f in waiting)
+
+
+async def test_when_the_last_worker_dies_every_waiting_text_fails() -> None:
+    pool, _ = pool_of(1)
+    pool._restarting = {0}  # a restart is already under way: none is spawned here
+    in_flight = pool.submit("a prompt")
+    waiting = [pool.submit("another prompt"), pool.submit("an answer", background=True)]
+    pool._died(pool._children[0], "the embed worker exited")
+    for future in [in_flight, *waiting]:
+        with pytest.raises(FeatureWorkerUnavailable, match="exited"):
+            future.result()
+    assert pool.queued == 0 and pool.background_queued == 0
