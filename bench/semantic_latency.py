@@ -35,6 +35,7 @@ import aiohttp
 from bench.harness import (
     PYTHON,
     Process,
+    become_idle_priority,
     free_port,
     idle_priority,
     pinned,
@@ -57,11 +58,12 @@ from tiers.thresholds import ThresholdController
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "banking77.dev.jsonl"
 
 
-def load_prompts(n: int, skip: int = 0) -> list[str]:
+def load_prompts(n: int | None, skip: int = 0) -> list[str]:
+    """n distinct prompts after the first `skip` (every one left when n is None)."""
     prompts = [json.loads(line)["prompt"] for line in DATA.read_text().splitlines() if line.strip()]
     seen: set[str] = set()
     unique = [p for p in prompts if not (p in seen or seen.add(p))]
-    return unique[skip : skip + n]
+    return unique[skip : None if n is None else skip + n]
 
 
 async def in_process(prompts: list[str], index_prompts: list[str]) -> dict[str, Any]:
@@ -168,10 +170,7 @@ def _semantic_load(url: str, texts: list[str], done: Any, go: Any, stop: Any, re
     and put what they were (miss, semantic or lemma hit) on `report` at the end."""
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    else:
-        os.nice(19)
+    become_idle_priority()
 
     async def run() -> None:
         queue = list(texts)
@@ -336,7 +335,7 @@ def main() -> None:
     index = load_prompts(args.index, skip=args.prompts)
     part1 = asyncio.run(in_process(prompts, index))
     # The semantic load gets every Banking77 prompt neither part has used.
-    unseen = load_prompts(len(DATA.read_text().splitlines()), skip=args.prompts + args.index)
+    unseen = load_prompts(None, skip=args.prompts + args.index)
     part2 = asyncio.run(through_proxy(unseen, index, args.duration_s, args.rounds))
     rows = [
         [
