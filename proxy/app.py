@@ -24,6 +24,7 @@ from aiohttp import web
 from core.clock import Clock, SystemClock
 from core.config import DejaConfig
 from core.errors import TierUnavailable
+from core.loop_turns import LoopTurns
 from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from fallback.degrade import Degrader
 from normalize.features import FeatureSource, NoFeatureSource
@@ -89,7 +90,7 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
         reader=reader,
         service=deja.service,
         flights=deja.flights,
-        caller=UpstreamCaller(gate, deja.service, deja.entries, stats),
+        caller=UpstreamCaller(gate, deja.service, deja.entries, stats, deja.store_turns),
         degrader=Degrader(config.degrade, deja.service, clock, deja.breaker),
         verifier=deja.verifier,
         served=deja.served,
@@ -128,6 +129,9 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
     thresholds = ThresholdController(config.verify, config.semantic.threshold)
     ttl = TtlPolicy(config.ttl)
     features = semantic = None
+    # Every step of a lookup past the exact tiers takes a turn from this one, which lets other
+    # ready work go first (see its module).
+    lookup_turns = LoopTurns()
     if config.semantic.enabled:
         # Imported here: spaCy, torch and FAISS are heavy, and a deployment without the
         # semantic tier should not pay for them.
@@ -137,9 +141,9 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
 
         features = SemanticFeatureSource(config.semantic)
         semantic = SemanticTier(
-            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats
+            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats, lookup_turns
         )
-    service = CacheService(tiers, clock, stats, semantic)
+    service = CacheService(tiers, clock, stats, semantic, turns=lookup_turns)
     replication = None
     if redis is not None and redis_tier is not None:
         replication = StreamReplication(redis, redis_tier, config.redis, local, service.semantic)
@@ -167,6 +171,7 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
         semantic=semantic,
         features=features,
         thresholds=thresholds,
+        lookup_turns=lookup_turns,
     )
     return deja
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.clock import Clock
 from core.config import DejaConfig, SemanticConfig, VerifyConfig
+from core.loop_turns import LoopTurns
 from fallback.breaker import Breaker
 from proxy.admission import AdmissionControl
 from proxy.entry_builder import EntryBuilder
@@ -55,6 +56,10 @@ class Deja:
     thresholds: ThresholdController = field(
         default_factory=lambda: ThresholdController(VerifyConfig(), SemanticConfig().threshold)
     )
+    lookup_turns: LoopTurns = field(default_factory=LoopTurns)
+    # Storing a miss's answer is spread out one step per loop iteration, but never waits behind
+    # other ready work: a client that repeats its question at once should find it stored.
+    store_turns: LoopTurns = field(default_factory=lambda: LoopTurns(max_deferral_s=0.0))
     verifier: Verifier | None = None
     served: ServedRequests = field(default_factory=ServedRequests)
     ledger: RequestLedger | None = None  # set by create_app
@@ -72,6 +77,10 @@ class Deja:
             "breaker_trips": self.breaker.snapshot().trips,
             "hit_rate": self.stats.hit_rate(),
             "ready": 1.0 if self.ready else 0.0,
+            "lookup_turns_waiting": self.lookup_turns.waiting,
+            "lookup_turns_granted": self.lookup_turns.granted,
+            "lookup_turns_deferred": self.lookup_turns.deferred,
+            "store_turns_waiting": self.store_turns.waiting,
         }
         if self.lru is not None:
             g["lru_k_bytes"] = self.lru.bytes_used

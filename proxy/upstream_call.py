@@ -8,13 +8,13 @@ large, and the request allowed storing. Storing happens after the waiters have t
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
+from core.loop_turns import LoopTurns
 from normalize.features import PromptFeatures
 from normalize.request import CacheRequest
 from proxy.entry_builder import EntryBuilder
@@ -44,9 +44,15 @@ class CallPlan:
 
 class UpstreamCaller:
     def __init__(
-        self, gate: UpstreamGate, service: CacheService, entries: EntryBuilder, stats: CacheStats
+        self,
+        gate: UpstreamGate,
+        service: CacheService,
+        entries: EntryBuilder,
+        stats: CacheStats,
+        turns: LoopTurns,
     ) -> None:
         self._gate = gate
+        self._turns = turns
         self._service = service
         self._entries = entries
         self._stats = stats
@@ -154,9 +160,10 @@ class UpstreamCaller:
         ttl_cap_s: float | None,
         strip_logprobs: bool,
     ) -> None:
-        # The waiters have their answer; storing is background work. Let the event loop serve
-        # what is waiting first, and again between building the entry and writing it.
-        await asyncio.sleep(0)
+        # The waiters have their answer; storing is background work, spread out: one store
+        # step per loop iteration (core/loop_turns.py), before building the entry and again
+        # before writing it.
+        await self._turns.take()
         entry = await self._entries.build(
             entry_id,
             request,
@@ -168,7 +175,7 @@ class UpstreamCaller:
         if entry is None:
             self._stats.not_stored["too_large"] += 1
             return
-        await asyncio.sleep(0)
+        await self._turns.take()
         await self._service.store(entry)
         answer = await self._entries.answer_vector(entry, completion)
         if answer is not None:

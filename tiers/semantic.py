@@ -34,6 +34,7 @@ import numpy as np
 from core.clock import Clock
 from core.config import SemanticConfig
 from core.errors import CorruptEntry
+from core.loop_turns import LoopTurns
 from normalize.guards import MeaningGuard
 from normalize.meaning import Analysis
 from tiers.base import Entry, Invalidation
@@ -72,8 +73,10 @@ class SemanticTier:
         thresholds: ThresholdController,
         clock: Clock,
         stats: CacheStats,
+        turns: LoopTurns,
     ):
         self._config = config
+        self._turns = turns
         self._dim = 0  # known once the embedding model is loaded (set_dimension)
         self._guard = guard
         self._thresholds = thresholds
@@ -115,8 +118,10 @@ class SemanticTier:
         if index is None:
             return []
         relaxed = threshold_override is not None
+        # The search, and each guard check after it, is a fraction of a millisecond of Python;
+        # each takes a loop turn of its own, so that exact hits are served in between.
+        await self._turns.take()
         live = await self._neighbours(index, vector, relaxed)
-        checked = 0
         for item, similarity in live:
             threshold = (
                 threshold_override
@@ -125,11 +130,7 @@ class SemanticTier:
             )
             if similarity < threshold:
                 continue
-            if checked:
-                # Each guard check is a fraction of a millisecond of Python; between two, let
-                # the event loop serve whatever is waiting (exact hits above all).
-                await asyncio.sleep(0)
-            checked += 1
+            await self._turns.take()
             if not self._same_question(query, item):
                 continue
             # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
@@ -205,7 +206,7 @@ class SemanticTier:
                 break  # best first: the rest are further away still
             if self._thresholds.answers_agree(float(np.dot(best.answer, other.answer))):
                 continue
-            await asyncio.sleep(0)
+            await self._turns.take()
             if self._guard.compare(query, other.analysis).agree:
                 return True
         return False

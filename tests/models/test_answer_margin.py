@@ -15,6 +15,7 @@ import pytest
 
 from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
+from core.loop_turns import LoopTurns
 from normalize.embedder import Embedder
 from normalize.guards import MeaningGuard
 from normalize.lemmas import LemmaAnalyzer
@@ -43,6 +44,7 @@ class Fixture:
             ThresholdController(VerifyConfig(), self.config.threshold),
             ManualClock(wall_start_s=1_700_001_010.0),
             self.stats,
+            LoopTurns(),
         )
         self.tier.set_dimension(384)
 

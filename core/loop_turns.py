@@ -1,0 +1,112 @@
+"""Turns on the event loop for work that can wait: one per loop iteration, and only when
+nothing else is ready to run (or it has waited `max_deferral_s`).
+
+asyncio runs every callback that is ready in one iteration before it polls its sockets again.
+When the model processes hand back a batch, ten or thirty semantic lookups become ready at
+once, and their Python steps (the FAISS search and the meaning guards, building and storing an
+entry) would run back to back: an exact hit that arrived meanwhile waits for all of them, though
+its own work is a quarter of a millisecond. `asyncio.sleep(0)` between steps does not help,
+since every task that yields goes into the next iteration together.
+
+Work off the exact-hit path awaits `LoopTurns.take()` before each such step instead. A turn is
+given at most once per iteration, and only in an iteration where no other callback is ready
+(the requests that arrived since the last poll, exact hits among them, go first), or when the
+waiting work has let others go first for `max_deferral_s` in a row: under a load of exact hits
+that never lets up, it still gets a turn that often, so it is slowed, never starved. A hit then
+waits for the one deferrable step already running when it arrived, not for a batch of them.
+The loop is never idle while a turn is waiting, and an iteration with nothing else to do costs
+a few microseconds.
+
+Whether other callbacks are ready is read from the loop's ready queue (`_ready`, private to
+asyncio's BaseEventLoop, stable since Python 3.4); on a loop without one, every iteration gives
+a turn.
+
+`create_app` makes two: one for the steps of lookups past the exact tiers, deferred behind
+ready work, and one for storing answers (`max_deferral_s=0`: spread out one step per iteration,
+never deferred, so a client that repeats its question at once finds the answer stored). Each
+spaces its own steps; a lane shared by unrelated parts would make them wait for each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+# Under a steady stream of other work, waiting steps still get a turn this often.
+MAX_DEFERRAL_S = 0.002
+
+
+class LoopTurns:
+    def __init__(self, max_deferral_s: float = MAX_DEFERRAL_S) -> None:
+        self._max_deferral_s = max_deferral_s
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        # The loop a release is scheduled on, while one is.
+        self._releasing: asyncio.AbstractEventLoop | None = None
+        # loop.time() when the waiting steps began to let other work go first, while they do.
+        self._deferring_since: float | None = None
+        self.granted = 0
+        self.deferred = 0  # iterations in which a waiting step let other work go first
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for turn in self._waiting if not turn.done())
+
+    async def take(self) -> None:
+        """Return at the start of a loop iteration of this caller's own, after every other
+        caller that asked first has had its turn."""
+        loop = asyncio.get_running_loop()
+        if self._releasing is not loop and (self._max_deferral_s <= 0 or not _others_ready(loop)):
+            # Nobody is waiting and nothing else is ready: the step goes on in the next
+            # iteration, as after a plain yield. The release queued before it finds nobody
+            # waiting, or gives the next caller the iteration after.
+            self._releasing = loop
+            self._deferring_since = None
+            loop.call_soon(self._release, loop)
+            self.granted += 1
+            await asyncio.sleep(0)
+            return
+        turn: asyncio.Future[None] = loop.create_future()
+        self._waiting.append(turn)
+        if self._releasing is not loop:
+            # None, or a loop that has gone (tests run one loop after another): its waiters
+            # were cancelled with it, and _release skips them.
+            self._releasing = loop
+            self._deferring_since = None
+            loop.call_soon(self._release, loop)
+        await turn
+
+    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._releasing is not loop:
+            return  # superseded by a release on another loop
+        while self._waiting and self._waiting[0].done():
+            self._waiting.popleft()  # its caller was cancelled while it waited
+        if not self._waiting:
+            self._releasing = None
+            return
+        if _others_ready(loop):
+            now = loop.time()
+            if self._deferring_since is None:
+                self._deferring_since = now
+            if now - self._deferring_since < self._max_deferral_s:
+                self.deferred += 1
+                loop.call_soon(self._release, loop)  # after what is ready: look again then
+                return
+        self._deferring_since = None
+        while self._waiting:
+            turn = self._waiting.popleft()
+            # One left on a loop that has gone will never run again.
+            if not turn.done() and turn.get_loop() is loop:
+                turn.set_result(None)
+                self.granted += 1
+                break
+        if self._waiting:
+            # Queued after the woken caller's step, which set_result has just queued: the next
+            # turn starts an iteration later, after the loop has polled its sockets again.
+            loop.call_soon(self._release, loop)
+        else:
+            self._releasing = None
+
+
+def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    ready = getattr(loop, "_ready", None)
+    return bool(ready)
