@@ -143,6 +143,23 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(steal, total) clock ticks of all CPUs so far (Linux /proc/stat; (0, 0) elsewhere).
+    Steal is time the hypervisor gave this VM's CPUs to someone else: on a shared machine it
+    comes in bursts of milliseconds, and a burst lands on a p99."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of CPU time stolen between two `cpu_ticks()` readings."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
+
+
 def run_wrk(
     url: str,
     script: Path,
