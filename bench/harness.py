@@ -49,18 +49,6 @@ def idle_priority(argv: Sequence[str]) -> list[str]:
     return ["nice", "-n", "19", *argv]
 
 
-def become_idle_priority() -> None:
-    """This process from now on in the SCHED_IDLE class, where Linux allows it, else at the
-    lowest nice: `idle_priority` for a process started from Python rather than from argv."""
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            return
-        except OSError:
-            pass  # not permitted here: fall back to nice
-    os.nice(19)
-
-
 class Process:
     """A child process with its output in a log file; killed on close."""
 

@@ -35,7 +35,6 @@ import aiohttp
 from bench.harness import (
     PYTHON,
     Process,
-    become_idle_priority,
     cpu_ticks,
     free_port,
     idle_priority,
@@ -48,6 +47,7 @@ from bench.harness import (
 )
 from core.clock import SystemClock
 from core.config import SemanticConfig, VerifyConfig
+from core.cpu_priority import become_idle_priority
 from core.loop_turns import LoopTurns
 from normalize.fingerprint import fingerprint
 from normalize.guards import MeaningGuard

@@ -42,14 +42,13 @@ from typing import Any
 import numpy as np
 
 from core.config import SemanticConfig
+from core.cpu_priority import become_idle_priority
 from core.errors import DejaError
 from normalize.meaning import Analysis
 
 _log = logging.getLogger("deja.features")
 
 ANALYZE, EMBED = "analyze", "embed"
-# How much lower than the proxy the models run in CPU priority.
-NICENESS = 19
 # Background texts (answers, often far longer than prompts) per batch.
 _BACKGROUND_BATCH = 2
 # Background texts that may wait at once. Under sustained lookups the background share of the
@@ -360,18 +359,11 @@ class FeatureProcess:
 
 
 def _lower_priority() -> None:
-    """Give way to the proxy: SCHED_IDLE where Linux offers it (the worker then runs only on
-    cycles nothing else wants, and any proxy wake-up preempts it at once), else nice. A proxy
-    pinned to one core does not pin its workers: they may use every core."""
+    """Give way to the proxy (SCHED_IDLE, else nice: core/cpu_priority.py). A proxy pinned to
+    one core does not pin its workers: they may use every core."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            return
-        except OSError:
-            pass  # not permitted here: fall back to nice
-    os.nice(NICENESS)
+    become_idle_priority()
 
 
 def _serve(conn: Connection, kind: str, config: SemanticConfig) -> None:
