@@ -59,9 +59,7 @@ class LoopTurns:
             # Nobody is waiting and nothing else is ready: the step goes on in the next
             # iteration, as after a plain yield. The release queued before it finds nobody
             # waiting, or gives the next caller the iteration after.
-            self._releasing = loop
-            self._deferring_since = None
-            loop.call_soon(self._release, loop)
+            self._start_releasing(loop)
             self.granted += 1
             await asyncio.sleep(0)
             return
@@ -70,16 +68,23 @@ class LoopTurns:
         if self._releasing is not loop:
             # None, or a loop that has gone (tests run one loop after another): its waiters
             # were cancelled with it, and _release skips them.
-            self._releasing = loop
-            self._deferring_since = None
-            loop.call_soon(self._release, loop)
+            self._start_releasing(loop)
         await turn
+
+    def _start_releasing(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._releasing = loop
+        self._deferring_since = None
+        loop.call_soon(self._release, loop)
 
     def _release(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._releasing is not loop:
             return  # superseded by a release on another loop
-        while self._waiting and self._waiting[0].done():
-            self._waiting.popleft()  # its caller was cancelled while it waited
+        # A caller cancelled while it waited gave its turn up; one left on a loop that has gone
+        # will never run again.
+        while self._waiting and (
+            self._waiting[0].done() or self._waiting[0].get_loop() is not loop
+        ):
+            self._waiting.popleft()
         if not self._waiting:
             self._releasing = None
             return
@@ -92,19 +97,12 @@ class LoopTurns:
                 loop.call_soon(self._release, loop)  # after what is ready: look again then
                 return
         self._deferring_since = None
-        while self._waiting:
-            turn = self._waiting.popleft()
-            # One left on a loop that has gone will never run again.
-            if not turn.done() and turn.get_loop() is loop:
-                turn.set_result(None)
-                self.granted += 1
-                break
-        if self._waiting:
-            # Queued after the woken caller's step, which set_result has just queued: the next
-            # turn starts an iteration later, after the loop has polled its sockets again.
-            loop.call_soon(self._release, loop)
-        else:
-            self._releasing = None
+        self._waiting.popleft().set_result(None)
+        self.granted += 1
+        # Queued after the woken caller's step, which set_result has just queued: the next turn
+        # starts an iteration later, after the loop has polled its sockets again. With nobody
+        # left waiting, that release only ends the run.
+        loop.call_soon(self._release, loop)
 
 
 def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
