@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from core.cpu_priority import NICENESS
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PYTHON = sys.executable
@@ -41,12 +43,13 @@ def pinned(core: int | None, argv: Sequence[str]) -> list[str]:
 
 def idle_priority(argv: Sequence[str]) -> list[str]:
     """argv run in the SCHED_IDLE class (only on CPU time nothing else wants) where chrt exists,
-    else at the lowest nice. For load generators and stubs that share a core with the client
+    else at the lowest nice (what core.cpu_priority.become_idle_priority does from inside a
+    process). For load generators and stubs that share a core with the client
     whose latency is measured: under EEVDF a woken task may wait for a nice-19 neighbour to
     finish its slice (milliseconds), but a SCHED_IDLE one gives way at once."""
     if shutil.which("chrt") is not None:
         return ["chrt", "--idle", "0", *argv]
-    return ["nice", "-n", "19", *argv]
+    return ["nice", "-n", str(NICENESS), *argv]
 
 
 class Process:

@@ -64,8 +64,8 @@ class CacheService:
         self._stats = stats
         self._semantic: SemanticIndex = semantic or NullSemanticIndex()
         self._replication: Replication = replication or NoReplication()
-        # The proxy's one LoopTurns (create_app passes it); a service of its own, in a test,
-        # may have its own.
+        # The proxy's lookup lane, shared with the semantic tier (create_app passes it); a
+        # service built alone, in a test, has one of its own.
         self._turns = turns or LoopTurns()
 
     def replicate_through(self, replication: Replication) -> None:
