@@ -214,7 +214,7 @@ def _semantic_load(url: str, texts: list[str], done: Any, go: Any, stop: Any, re
 
 
 async def through_proxy(
-    prompts: list[str], warm: list[str], duration_s: float, rounds: int = 3
+    prompts: list[str], warm: list[str], duration_s: float, rounds: int = 5
 ) -> dict[str, Any]:
     """Exact-hit latency measured by wrk (its own process, one connection), alone and while 32
     semantic lookups keep going, in `rounds` alternating windows: Banking77 prompts the cache
