@@ -35,6 +35,7 @@ import aiohttp
 from bench.harness import (
     PYTHON,
     Process,
+    WrkResult,
     cpu_ticks,
     free_port,
     idle_priority,
@@ -214,7 +215,12 @@ def _semantic_load(url: str, texts: list[str], done: Any, go: Any, stop: Any, re
 
 
 async def through_proxy(
-    prompts: list[str], warm: list[str], duration_s: float, rounds: int = 5
+    prompts: list[str],
+    warm: list[str],
+    duration_s: float,
+    rounds: int = 5,
+    max_steal: float = 0.005,
+    retries: int = 4,
 ) -> dict[str, Any]:
     """Exact-hit latency measured by wrk (its own process, one connection), alone and while 32
     semantic lookups keep going, in `rounds` alternating windows: Banking77 prompts the cache
@@ -222,7 +228,9 @@ async def through_proxy(
     and the rest go upstream. Each quiet window starts once the feature workers have nothing
     queued (the answers stored in the window before are embedded in the background). The
     medians of the windows' p99s are compared: on this shared machine one window's p99 can
-    double from a noisy neighbour, and alternating spreads that over both sides. The proxy runs
+    double from a noisy neighbour, and alternating spreads that over both sides; a window in
+    which the hypervisor took more than `max_steal` of the CPUs (steal, /proc/stat) is measured
+    again, up to `retries` times, and kept in the JSON as discarded. The proxy runs
     on core 0; wrk, the stub upstream and the load generator on core 1, as if they were other
     machines: the stub and the load generator in the SCHED_IDLE class, so that the client being
     timed is not kept waiting for its own core by them (at nice 10 beside wrk they put up to a
@@ -288,22 +296,37 @@ async def through_proxy(
             assert await ask(exact) == "hit"
             metrics = f"http://127.0.0.1:{proxy_port}/metrics"
             loader.start()
-            quiet, loaded, during = [], [], []
+            quiet: list[WrkResult] = []
+            loaded: list[WrkResult] = []
+            during: list[int] = []
             steal_quiet: list[float] = []
             steal_loaded: list[float] = []
+            discarded: dict[str, list[tuple[float, float]]] = {"quiet": [], "loaded": []}
+
+            async def window(kind: str, steal: list[float]) -> tuple[WrkResult, int]:
+                """One wrk window and the semantic lookups done during it, measured again (up
+                to `retries` times) while the hypervisor took more than `max_steal` of the
+                CPUs: such a window times the neighbours, not Deja."""
+                for attempt in range(retries + 1):
+                    ticks, before = cpu_ticks(), done.value
+                    result = await asyncio.to_thread(run_wrk, url, script, 1, duration_s, 1)
+                    share = steal_share(ticks, cpu_ticks())
+                    if share <= max_steal or attempt == retries:
+                        steal.append(share)
+                        return result, done.value - before
+                    discarded[kind].append((result.p99_ms, round(100 * share, 2)))
+                raise AssertionError("unreachable")
+
             for _ in range(rounds):
                 # The warm-up's answers, and those stored in the last loaded window, are being
                 # embedded in the background: a quiet window waits until that is done.
                 await until_workers_idle(session, metrics)
-                ticks = cpu_ticks()
-                quiet.append(await asyncio.to_thread(run_wrk, url, script, 1, duration_s, 1))
-                steal_quiet.append(steal_share(ticks, cpu_ticks()))
+                quiet.append((await window("quiet", steal_quiet))[0])
                 go.set()
                 await asyncio.sleep(1.0)
-                before, ticks = done.value, cpu_ticks()
-                loaded.append(await asyncio.to_thread(run_wrk, url, script, 1, duration_s, 1))
-                steal_loaded.append(steal_share(ticks, cpu_ticks()))
-                during.append(done.value - before)
+                result, lookups = await window("loaded", steal_loaded)
+                loaded.append(result)
+                during.append(lookups)
                 go.clear()
             stop.set()
             outcomes = await asyncio.to_thread(report.get, True, 120)
@@ -327,6 +350,9 @@ async def through_proxy(
         # more than a fraction of a percent, that window's p99 measures the neighbours.
         "windows_steal_pct_quiet": [round(100 * x, 2) for x in steal_quiet],
         "windows_steal_pct_loaded": [round(100 * x, 2) for x in steal_loaded],
+        # Windows measured again because of steal: (p99 ms, steal %) each.
+        "windows_discarded": discarded,
+        "max_steal_pct": 100 * max_steal,
         "semantic_lookups_per_loaded_window": during,
         "load_outcomes": outcomes,
         "exact_hits_quiet_loaded": [
@@ -344,13 +370,24 @@ def main() -> None:
     parser.add_argument("--index", type=int, default=2000)
     parser.add_argument("--duration-s", type=float, default=6.0, help="one wrk window")
     parser.add_argument("--rounds", type=int, default=5, help="quiet/loaded window pairs")
+    parser.add_argument(
+        "--max-steal-pct",
+        type=float,
+        default=0.5,
+        help="a window in which the hypervisor took more of the CPUs is measured again",
+    )
+    parser.add_argument("--retries", type=int, default=4, help="how many times, at most")
     args = parser.parse_args()
     prompts = load_prompts(args.prompts)
     index = load_prompts(args.index, skip=args.prompts)
     part1 = asyncio.run(in_process(prompts, index))
     # The semantic load gets every Banking77 prompt neither part has used.
     unseen = load_prompts(None, skip=args.prompts + args.index)
-    part2 = asyncio.run(through_proxy(unseen, index, args.duration_s, args.rounds))
+    part2 = asyncio.run(
+        through_proxy(
+            unseen, index, args.duration_s, args.rounds, args.max_steal_pct / 100, args.retries
+        )
+    )
     rows = [
         [
             "semantic path p50 / bare encode p50",

@@ -90,12 +90,15 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
         reader=reader,
         service=deja.service,
         flights=deja.flights,
-        caller=UpstreamCaller(gate, deja.service, deja.entries, stats, deja.store_turns),
+        caller=UpstreamCaller(
+            gate, deja.service, deja.entries, stats, deja.store_turns, deja.upstream_turns
+        ),
         degrader=Degrader(config.degrade, deja.service, clock, deja.breaker),
         verifier=deja.verifier,
         served=deja.served,
         clock=clock,
         stats=stats,
+        turns=deja.upstream_turns,
     )
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
     deja.ledger = RequestLedger(deja.telemetry, access_log)

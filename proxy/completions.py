@@ -17,6 +17,7 @@ from core.clock import Clock
 from core.config import DejaConfig
 from core.errors import DejaError
 from core.ids import IdSequence
+from core.loop_turns import LoopTurns
 from fallback.degrade import Degrader
 from normalize.request import CacheRequest, Route
 from proxy.context import CacheOutcome, RequestContext
@@ -51,8 +52,10 @@ class CompletionHandler:
         served: ServedRequests,
         clock: Clock,
         stats: CacheStats,
+        turns: LoopTurns,
     ) -> None:
         self._config = config
+        self._turns = turns
         self._reader = reader
         self._service = service
         self._flights = flights
@@ -112,7 +115,7 @@ class CompletionHandler:
             return await self._serve_degraded(request, ctx, read, outcome, looked_up, error)
 
         with flight.attendance():
-            return await FlightWriter(request, ctx, creq, flight, degrade).write()
+            return await FlightWriter(request, ctx, creq, flight, degrade, self._turns).write()
 
     async def _serve_hit(
         self, request: web.Request, ctx: RequestContext, read: ReadRequest, lookup: Lookup

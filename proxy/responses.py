@@ -10,6 +10,7 @@ from aiohttp import web
 
 from core.errors import BreakerOpen, DejaError, RateLimited, UpstreamError, UpstreamProtocolError
 from core.ids import IdSequence
+from core.loop_turns import LoopTurns
 from normalize.request import CacheRequest, Route
 from proxy.context import RequestContext
 from proxy.entry_builder import without_logprobs
@@ -107,7 +108,9 @@ class FlightWriter:
         creq: CacheRequest,
         flight: Flight,
         degrade: Degrader,
+        turns: LoopTurns,
     ) -> None:
+        self._turns = turns
         self._request = request
         self._ctx = ctx
         self._creq = creq
@@ -138,6 +141,9 @@ class FlightWriter:
             return await self._failed(
                 UpstreamProtocolError("the upstream's answer was incomplete or not JSON")
             )
+        # Writing a whole answer is one of the miss's steps that can wait for a turn (ready
+        # hits go first); a live stream is not held up.
+        await self._turns.take()
         if isinstance(terminal, FlightBody) and not self._creq.stream and not self._added_logprobs:
             # The upstream's own bytes, untouched.
             return self._relay(first, terminal.raw)

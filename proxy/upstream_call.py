@@ -49,10 +49,12 @@ class UpstreamCaller:
         service: CacheService,
         entries: EntryBuilder,
         stats: CacheStats,
-        turns: LoopTurns,
+        store_turns: LoopTurns,
+        upstream_turns: LoopTurns,
     ) -> None:
         self._gate = gate
-        self._turns = turns
+        self._store_turns = store_turns
+        self._upstream_turns = upstream_turns
         self._service = service
         self._entries = entries
         self._stats = stats
@@ -60,6 +62,9 @@ class UpstreamCaller:
     async def run(self, flight: Flight, plan: CallPlan) -> None:
         """The body of a flight's task (see FlightRegistry.start)."""
         async with self._gate.admitted():
+            # Building and sending the upstream request is a step of the miss's own: it waits
+            # for a turn, so that the hits that are ready go first (core/loop_turns.py).
+            await self._upstream_turns.take()
             response = await self._gate.open(plan.upstream)
             if plan.plain_upstream is not None and response.status in (400, 422):
                 # Some upstreams refuse logprobs (or refuse them with tools): ask as the
@@ -93,6 +98,7 @@ class UpstreamCaller:
         ok = 200 <= response.status < 300
         if not ok or not flight.stream:
             raw = await response.read()
+            await self._upstream_turns.take()  # parsing a long answer is a step of its own
             obj = _json_object(raw)
             flight.publish(FlightBody(raw, obj))
             if not ok or obj is None:
@@ -163,7 +169,7 @@ class UpstreamCaller:
         # The waiters have their answer; storing is background work, spread out: one store
         # step per loop iteration (core/loop_turns.py), before building the entry and again
         # before writing it.
-        await self._turns.take()
+        await self._store_turns.take()
         entry = await self._entries.build(
             entry_id,
             request,
@@ -175,7 +181,7 @@ class UpstreamCaller:
         if entry is None:
             self._stats.not_stored["too_large"] += 1
             return
-        await self._turns.take()
+        await self._store_turns.take()
         await self._service.store(entry)
         answer = await self._entries.answer_vector(entry, completion)
         if answer is not None:
