@@ -47,8 +47,16 @@ async def test_redis_keeps_expired_entries_for_the_grace_period_and_serves_them_
     async with aiohttp.ClientSession() as s:
         original = await ask(s, url, "What is the capital of Peru?")
         client = redis.Redis.from_url(redis_url)
-        keys = client.keys("deja:v1:*")
-        ttls_ms = {key: client.pttl(key) for key in keys if b":events" not in key}
+
+        def records() -> list[bytes]:
+            return [key for key in client.keys("deja:v1:*") if b":events" not in key]
+
+        # The answer is stored after it went out: wait for the store instead of racing it.
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(records()) < 2:
+            assert asyncio.get_running_loop().time() < deadline, records()
+            await asyncio.sleep(0.01)
+        ttls_ms = {key: client.pttl(key) for key in records()}
         assert len(ttls_ms) == 2  # the entry record and its exact key
         assert all(29_000 < ttl <= 31_000 for ttl in ttls_ms.values()), ttls_ms
         await asyncio.sleep(1.1)
