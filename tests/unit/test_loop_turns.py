@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import socket
 
-from core.loop_turns import LoopTurns
+from core.loop_turns import LoopTurns, _others_ready
 
 
 class IterationCounter:
@@ -188,3 +188,23 @@ def test_without_deferral_a_turn_comes_the_next_iteration_whatever_else_is_ready
 
     waited, deferred = asyncio.run(scenario())
     assert waited <= 2 and deferred == 0
+
+
+def test_lanes_do_not_give_way_to_each_others_releases() -> None:
+    """A lane's queued release is not work to give way to: two deferring lanes that waited for
+    each other's would each sit out max_deferral_s every turn."""
+
+    async def scenario() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        lookups, misses = LoopTurns(), LoopTurns()
+        work = loop.call_soon(lambda: None)  # keeps both lanes from their fast path
+        waiters = [asyncio.ensure_future(lane.take()) for lane in (lookups, misses)]
+        await asyncio.sleep(0)  # both wait, and both releases are queued
+        work.cancel()
+        only_releases = _others_ready(loop)
+        loop.call_soon(lambda: None)
+        with_work = _others_ready(loop)
+        await asyncio.gather(*waiters)
+        return only_releases, with_work
+
+    assert asyncio.run(scenario()) == (False, True)
