@@ -13,6 +13,7 @@ import redis
 from tests.conftest import ProxyFactory
 from tests.support.redis_server import RedisServer
 from tests.support.stub_upstream import StubUpstream
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -33,13 +34,6 @@ def redis_entries(url: str) -> int:
 
 def in_redis(url: str, entry_id: str) -> bool:
     return bool(redis.Redis.from_url(url).keys(f"deja:v1:*:e:{entry_id}"))
-
-
-async def wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_requests_survive_redis_dying_and_the_tier_reconnects(
