@@ -38,12 +38,14 @@ the author of X?"). It compares what actually differs between the two questions:
 - question: both texts ask for a specific kind of answer and the kinds differ ("When was X
   founded?" / "Where was X founded?"); "what" and "which" ask for anything and never conflict.
 
-Pure and fast (~0.1–0.2 ms for two short questions): it runs for every FAISS candidate.
+Pure and fast (~0.1–0.2 ms for two short questions): it runs for every FAISS candidate, on the
+event loop, so `stepwise` offers it in three parts that a caller can spread over loop turns.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from core.config import SemanticConfig
@@ -81,21 +83,36 @@ class MeaningGuard:
         self._max_moved = config.max_moved_phrases
 
     def compare(self, query: Analysis, cached: Analysis) -> GuardVerdict:
+        return next(verdict for verdict in self.stepwise(query, cached) if verdict is not None)
+
+    def stepwise(self, query: Analysis, cached: Analysis) -> Iterator[GuardVerdict | None]:
+        """`compare` in three parts of similar cost (measured on close Banking77 pairs: about
+        50, 16 and 25 µs at the median, the last up to 0.2 ms), so that a caller on the event
+        loop can let other work run in between: yields None after each part that found no
+        disagreement, and the verdict last (the first disagreement, or AGREE)."""
         if not (query.analysable and cached.analysable):
-            return GuardVerdict(False, "language: a text the pipeline cannot read")
+            yield GuardVerdict(False, "language: a text the pipeline cannot read")
+            return
         q, c = query.signature, cached.signature
-        checks = (
-            self._polarity(query, cached),
-            self._antonym(q, c) if self._antonyms else None,
-            _numbers(q, c) if self._numbers else None,
-            _entities(query, cached) if self._entities else None,
-            _question(q, c) if self._question else None,
-            _roles(query, cached, self._max_moved) if self._roles else None,
+        reason = (
+            self._polarity(query, cached)
+            or (self._antonym(q, c) if self._antonyms else None)
+            or (_numbers(q, c) if self._numbers else None)
+            or (_entities(query, cached) if self._entities else None)
+            or (_question(q, c) if self._question else None)
+            or (_parsed_roles(query, cached) if self._roles else None)
         )
-        for reason in checks:
-            if reason:
-                return GuardVerdict(False, reason)
-        return AGREE
+        if reason or not self._roles:
+            yield GuardVerdict(False, reason) if reason else AGREE
+            return
+        yield None
+        reason = _exchanged(query, cached)
+        if reason:
+            yield GuardVerdict(False, reason)
+            return
+        yield None
+        reason = rearranged(query, cached, self._max_moved)
+        yield GuardVerdict(False, reason) if reason else AGREE
 
     # --- negation and antonyms ---------------------------------------------------------------
 
@@ -218,7 +235,9 @@ def _present(item: str, words: frozenset[str]) -> bool:
     return item in words or all(part in words for part in item.split())
 
 
-def _roles(query: Analysis, cached: Analysis, max_moved: int) -> str | None:
+def _parsed_roles(query: Analysis, cached: Analysis) -> str | None:
+    """The role checks that read the parse; the word-order ones (`_exchanged`, `rearranged`)
+    back them up as parts of their own in `MeaningGuard.stepwise`."""
     # Aligned words: content words of one text that the other text also has (in any role).
     fq = [f for f in query.signature.roles if _present(f.item, cached.words)]
     fc = [f for f in cached.signature.roles if _present(f.item, query.words)]
@@ -228,8 +247,6 @@ def _roles(query: Analysis, cached: Analysis, max_moved: int) -> str | None:
         or _inverted(fq, fc)
         or _moved(fq, fc, query.words, cached.words)
         or _roles_exchanged(fq, fc)
-        or _exchanged(query, cached)
-        or rearranged(query, cached, max_moved)
     )
 
 

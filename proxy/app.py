@@ -204,7 +204,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await deja.semantic.close()
     await deja.upstream.close()
     if deja.ledger is not None:
-        deja.ledger.drain()
+        await deja.ledger.close()
     if deja.redis is not None:
         await deja.redis.close()
     deja.telemetry.shutdown()

@@ -25,7 +25,6 @@ import asyncio
 import itertools
 import logging
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import faiss
@@ -35,9 +34,10 @@ from core.clock import Clock
 from core.config import SemanticConfig
 from core.errors import CorruptEntry
 from core.loop_turns import LoopTurns
-from normalize.guards import MeaningGuard
+from normalize.guards import GuardVerdict, MeaningGuard
 from normalize.meaning import Analysis
 from tiers.base import Entry, Invalidation
+from tiers.faiss_thread import FaissThread
 from tiers.semantic_base import SemanticCandidate
 from tiers.stats import CacheStats
 from tiers.thresholds import ThresholdController
@@ -45,7 +45,7 @@ from tiers.vector_index import VectorIndex
 
 _log = logging.getLogger("deja.semantic")
 
-# Searching more vectors than this runs in the worker thread, not on the event loop.
+# Searching at least this many vectors runs in the search thread, not on the event loop.
 OFF_LOOP_MIN_VECTORS = 4096
 
 
@@ -88,7 +88,12 @@ class SemanticTier:
         self._recency: OrderedDict[str, None] = OrderedDict()
         self._ids = itertools.count(1)
         self._rebuilding: set[str] = set()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deja-faiss")
+        # Searches and rebuilds in threads of their own: a rebuild to HNSW takes about a
+        # millisecond a vector (20 s at the default flat_max_entries), and searches queued
+        # behind it would wait that long. The old index serves meanwhile, so the rebuild runs
+        # at idle priority.
+        self._search_thread = FaissThread("deja-faiss-search")
+        self._rebuild_thread = FaissThread("deja-faiss-rebuild", idle=True)
         self.evictions = 0
         # MODELS.md: FAISS with 2 OpenMP threads slows 10-30× when another process wants a
         # core; one thread per search, and batching, is faster here.
@@ -105,7 +110,7 @@ class SemanticTier:
         return len(self._indexes)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._executor.shutdown, wait=True)
+        await asyncio.gather(self._search_thread.close(), self._rebuild_thread.close())
 
     async def search(
         self,
@@ -130,8 +135,7 @@ class SemanticTier:
             )
             if similarity < threshold:
                 continue
-            await self._turns.take()
-            if not self._same_question(query, item):
+            if not await self._same_question(query, item):
                 continue
             # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
             if await self._contradicted(query, item, similarity, live):
@@ -166,8 +170,7 @@ class SemanticTier:
         (degraded) match takes one within its grace."""
         k = self._config.candidates
         if len(index) >= OFF_LOOP_MIN_VECTORS:
-            loop = asyncio.get_running_loop()
-            found = await loop.run_in_executor(self._executor, index.search, vector, k)
+            found = await self._search_thread.run(index.search, vector, k)
         else:
             found = index.search(vector, k)
         now = self._clock.time()
@@ -180,11 +183,20 @@ class SemanticTier:
             if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
         ]
 
-    def _same_question(self, query: Analysis, item: _Indexed) -> bool:
-        verdict = self._guard.compare(query, item.analysis)
+    async def _same_question(self, query: Analysis, item: _Indexed) -> bool:
+        verdict = await self._guards(query, item.analysis)
         if not verdict.agree:
             self._stats.guard_rejections[verdict.reason.split(":")[0].split(" ")[0]] += 1
         return verdict.agree
+
+    async def _guards(self, query: Analysis, cached: Analysis) -> GuardVerdict:
+        """The guards' verdict, each of their parts in a loop turn of its own."""
+        parts = self._guard.stepwise(query, cached)
+        while True:
+            await self._turns.take()
+            verdict = next(parts)
+            if verdict is not None:
+                return verdict
 
     async def _contradicted(
         self,
@@ -206,8 +218,7 @@ class SemanticTier:
                 break  # best first: the rest are further away still
             if self._thresholds.answers_agree(float(np.dot(best.answer, other.answer))):
                 continue
-            await self._turns.take()
-            if self._guard.compare(query, other.analysis).agree:
+            if (await self._guards(query, other.analysis)).agree:
                 return True
         return False
 
@@ -310,7 +321,7 @@ class SemanticTier:
         if partition in self._rebuilding or not index.wants_rebuild():
             return
         self._rebuilding.add(partition)
-        future = asyncio.get_running_loop().run_in_executor(self._executor, index.rebuild)
+        future = self._rebuild_thread.run(index.rebuild)
 
         def done(f: asyncio.Future[None]) -> None:
             self._rebuilding.discard(partition)

@@ -162,3 +162,25 @@ def test_one_moved_phrase_is_allowed_by_default(
     assert not agree and reason.startswith("role: 2 phrases moved"), reason
     lenient = MeaningGuard(replace(config, max_moved_phrases=2))
     assert _verdict(analyzer, lenient, a, b) == (True, "")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "parts"),
+    [
+        ("Who wrote Hamlet?", "Who is the author of Hamlet?", 3),  # agrees: every part runs
+        ("Is it safe to eat raw chicken?", "Is it not safe to eat raw chicken?", 1),
+        ("Convert 100 USD to EUR", "Convert 200 USD to EUR", 1),
+        ("Did Germany beat Brazil?", "Did Brazil beat Germany?", 1),
+        ("Send money from Paris to London", "Send money from London to Paris", None),
+    ],
+)
+def test_stepwise_gives_the_verdict_of_compare_last_after_at_most_three_parts(
+    analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str, parts: int | None
+) -> None:
+    query, cached = analyzer.analyze(a), analyzer.analyze(b)
+    steps = list(guard.stepwise(query, cached))
+    assert 1 <= len(steps) <= 3 and (parts is None or len(steps) == parts)
+    assert all(step is None for step in steps[:-1])
+    assert steps[-1] == guard.compare(query, cached)
+    # A pair that disagrees stops at the part that found it: the rest never run.
+    assert steps[-1] is not None and steps[-1].agree == (a.startswith("Who"))

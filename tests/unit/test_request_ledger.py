@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import time
 
 import orjson
 
+from core.loop_turns import LoopTurns
 from proxy.access_log import AccessLog, NoAccessLog
 from proxy.context import CacheOutcome, RequestContext
 from proxy.request_ledger import RequestLedger
+from tests.support.waiting import wait_until
 
 
 class Observed:
@@ -86,19 +89,52 @@ async def test_the_batch_drains_by_itself_after_the_interval() -> None:
     assert [line["request_id"] for line in lines(stream)] == ["r1", "r2"]
 
 
-async def test_the_timed_drain_takes_a_chunk_per_turn_of_the_loop() -> None:
+async def test_the_timed_drain_takes_a_chunk_per_loop_turn() -> None:
     observed, stream = Observed(), io.BytesIO()
-    ledger = RequestLedger(observed, AccessLog(stream), interval_s=0, chunk=2)
+    turns = LoopTurns()
+    ledger = RequestLedger(observed, AccessLog(stream), interval_s=0, chunk=2, turns=turns)
     for i in range(5):
         ledger.record("POST", hit(f"r{i}"), 200, 0.001)
-    counts = []
-    for _ in range(10):
+    counts = [0]
+    # This test's own task is ready at every iteration, so each chunk waits out the turn's
+    # deferral (2 ms) before it goes: spin until everything is drained.
+    deadline = time.monotonic() + 5
+    while counts[-1] < 5 and time.monotonic() < deadline:
         await asyncio.sleep(0)
         counts.append(len(observed.calls))
-    steps = [b - a for a, b in zip([0, *counts], counts, strict=False)]
-    # Never more than a chunk in one turn, so other callbacks run in between; nothing lost.
+    steps = [b - a for a, b in itertools.pairwise(counts)]
+    # Never more than a chunk in one iteration, each chunk a turn of its own; nothing lost.
     assert max(steps) == 2 and counts[-1] == 5
+    assert turns.granted == 3
     assert [line["request_id"] for line in lines(stream)] == [f"r{i}" for i in range(5)]
+
+
+async def test_a_request_recorded_during_the_last_chunk_is_not_stranded() -> None:
+    observed = Observed()
+    ledger = RequestLedger(observed, NoAccessLog(), interval_s=0.01, chunk=1)
+    observe = observed.observe_request
+
+    def observe_and_record(route: str, cache: str, status: int, seconds: float) -> None:
+        observe(route, cache, status, seconds)
+        if len(observed.calls) == 2:  # r2, the last pending one: r3 finishes meanwhile
+            ledger.record("POST", hit("r3"), 200, 0.002)
+
+    observed.observe_request = observe_and_record  # type: ignore[method-assign]
+    ledger.record("POST", hit("r1"), 200, 0.001)
+    ledger.record("POST", hit("r2"), 200, 0.001)
+    await wait_until(lambda: len(observed.calls) == 3, timeout_s=2)
+    assert observed.calls[-1] == ("chat", "hit", 200, 0.002)
+
+
+async def test_close_stops_the_timed_drain_and_drains_what_is_left() -> None:
+    observed = Observed()
+    ledger = RequestLedger(observed, NoAccessLog(), interval_s=60)
+    ledger.record("POST", hit("r1"), 200, 0.001)
+    before = {t for t in asyncio.all_tasks() if not t.done()}
+    await ledger.close()
+    assert observed.calls == [("chat", "hit", 200, 0.001)]
+    await asyncio.sleep(0)
+    assert {t for t in asyncio.all_tasks() if not t.done()} < before  # the timer task is gone
 
 
 async def test_a_full_batch_drains_at_once() -> None:
