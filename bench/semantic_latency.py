@@ -70,7 +70,9 @@ def load_prompts(n: int | None, skip: int = 0) -> list[str]:
     return unique[skip : None if n is None else skip + n]
 
 
-async def in_process(prompts: list[str], index_prompts: list[str]) -> dict[str, Any]:
+async def in_process(
+    prompts: list[str], index_prompts: list[str], max_steal: float = 0.005, retries: int = 4
+) -> dict[str, Any]:
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -123,19 +125,30 @@ async def in_process(prompts: list[str], index_prompts: list[str]) -> dict[str, 
         model.encode(text, normalize_embeddings=True)
         bare.append(time.perf_counter() - started)
     path = [await semantic_path(text) for text in prompts]
-    started = time.perf_counter()
-    for text in prompts:
-        await semantic_path(text)
-    serial_rate = len(prompts) / (time.perf_counter() - started)
-    semaphore = asyncio.Semaphore(32)
+    discarded: list[tuple[int, float, float]] = []
 
-    async def bounded(text: str) -> float:
-        async with semaphore:
-            return await semantic_path(text)
+    async def rate(concurrency: int) -> tuple[float, float]:
+        """(lookups/s over every prompt at `concurrency`, steal share): measured again, up to
+        `retries` times, while the hypervisor took more than `max_steal` of the CPUs: one run
+        read c32/c1 2.3 in an hour of steal bursts up to 27%, against 3.0-4.0 just after."""
+        semaphore = asyncio.Semaphore(concurrency)
 
-    started = time.perf_counter()
-    await asyncio.gather(*(bounded(text) for text in prompts))
-    concurrent_rate = len(prompts) / (time.perf_counter() - started)
+        async def bounded(text: str) -> float:
+            async with semaphore:
+                return await semantic_path(text)
+
+        for attempt in range(retries + 1):
+            ticks, started = cpu_ticks(), time.perf_counter()
+            await asyncio.gather(*(bounded(text) for text in prompts))
+            per_s = len(prompts) / (time.perf_counter() - started)
+            share = steal_share(ticks, cpu_ticks())
+            if share <= max_steal or attempt == retries:
+                return per_s, share
+            discarded.append((concurrency, round(per_s, 1), round(100 * share, 2)))
+        raise AssertionError("unreachable")
+
+    serial_rate, serial_steal = await rate(1)
+    concurrent_rate, concurrent_steal = await rate(32)
     await features.close()
     await tier.close()
     return {
@@ -145,6 +158,9 @@ async def in_process(prompts: list[str], index_prompts: list[str]) -> dict[str, 
         "lookups_per_s_c1": serial_rate,
         "lookups_per_s_c32": concurrent_rate,
         "c32_over_c1": concurrent_rate / serial_rate,
+        "steal_pct_c1_c32": [round(100 * serial_steal, 2), round(100 * concurrent_steal, 2)],
+        # Rates measured again because of steal: (concurrency, lookups/s, steal %) each.
+        "rates_discarded": discarded,
         "index_entries": len(index_prompts),
     }
 
@@ -374,13 +390,14 @@ def main() -> None:
         "--max-steal-pct",
         type=float,
         default=0.5,
-        help="a window in which the hypervisor took more of the CPUs is measured again",
+        help="a window (or a lookup-rate run) in which the hypervisor took more of the CPUs is "
+        "measured again",
     )
     parser.add_argument("--retries", type=int, default=4, help="how many times, at most")
     args = parser.parse_args()
     prompts = load_prompts(args.prompts)
     index = load_prompts(args.index, skip=args.prompts)
-    part1 = asyncio.run(in_process(prompts, index))
+    part1 = asyncio.run(in_process(prompts, index, args.max_steal_pct / 100, args.retries))
     # The semantic load gets every Banking77 prompt neither part has used.
     unseen = load_prompts(None, skip=args.prompts + args.index)
     part2 = asyncio.run(
