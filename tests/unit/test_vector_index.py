@@ -1,0 +1,88 @@
+"""VectorIndex: a flat index in parts that together answer like one; HNSW past `flat_max`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tiers.vector_index import PART_VECTORS, VectorIndex, best_of
+
+DIM = 16
+
+
+def unit_vectors(n: int, seed: int) -> np.ndarray:
+    vectors = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def brute_force(live: dict[int, np.ndarray], query: np.ndarray, k: int) -> list[int]:
+    ids = list(live)
+    scores = np.stack([live[i] for i in ids]) @ query
+    return [ids[j] for j in np.argsort(-scores)[:k]]
+
+
+def test_a_flat_index_in_parts_finds_what_one_exhaustive_search_finds() -> None:
+    index = VectorIndex(DIM, flat_max=100_000, hnsw_m=16, ef_search=32)
+    vectors = unit_vectors(2500, seed=1)
+    live = {}
+    for vector_id, vector in enumerate(vectors, 1):
+        index.add(vector_id, vector)
+        live[vector_id] = vector
+    parts = index.parts()
+    assert len(parts) == 3 and all(part.ntotal <= PART_VECTORS for part in parts)
+    for query in unit_vectors(20, seed=2):
+        found = index.search(query, 4)
+        assert [i for i, _ in found] == brute_force(live, query, 4)
+        assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+
+
+def test_removals_leave_room_that_later_adds_fill() -> None:
+    index = VectorIndex(DIM, flat_max=100_000, hnsw_m=16, ef_search=32)
+    live = dict(enumerate(unit_vectors(2500, seed=3), 1))
+    for vector_id, vector in live.items():
+        index.add(vector_id, vector)
+    for vector_id in range(1, 501):  # all from the first part
+        assert index.remove(vector_id)
+        del live[vector_id]
+    assert not index.remove(1)
+    for vector_id, vector in enumerate(unit_vectors(500, seed=4), 10_001):
+        index.add(vector_id, vector)
+        live[vector_id] = vector
+    assert len(index.parts()) == 3 and len(index) == 2500
+    for query in unit_vectors(20, seed=5):
+        found = [i for i, _ in index.search(query, 4)]
+        assert found == brute_force(live, query, 4)
+        assert not any(1 <= i <= 500 for i in found)
+
+
+def test_past_flat_max_it_rebuilds_as_one_graph_and_skips_tombstones() -> None:
+    index = VectorIndex(DIM, flat_max=100, hnsw_m=16, ef_search=64)
+    vectors = unit_vectors(300, seed=6)
+    for vector_id, vector in enumerate(vectors, 1):
+        index.add(vector_id, vector)
+    assert index.wants_rebuild()
+    index.rebuild()
+    assert index.is_hnsw and len(index.parts()) == 1 and not index.wants_rebuild()
+    assert index.search(vectors[9], 1)[0][0] == 10
+    index.remove(10)
+    assert 10 not in [i for i, _ in index.search(vectors[9], 4)]
+    for vector_id in range(11, 11 + 300 // 4 + 16):
+        index.remove(vector_id)
+    assert index.wants_rebuild()  # tombstones past a quarter of the graph
+    index.rebuild()
+    assert index.is_hnsw and 10 not in [i for i, _ in index.search(vectors[9], 4)]
+
+
+def test_a_rebuild_back_to_flat_splits_into_parts() -> None:
+    index = VectorIndex(DIM, flat_max=PART_VECTORS * 2 + 10, hnsw_m=16, ef_search=64)
+    live = dict(enumerate(unit_vectors(PART_VECTORS * 2 + 5, seed=7), 1))
+    for vector_id, vector in live.items():
+        index.add(vector_id, vector)
+    index.rebuild()
+    assert not index.is_hnsw and len(index.parts()) == 3
+    query = unit_vectors(1, seed=8)[0]
+    assert [i for i, _ in index.search(query, 4)] == brute_force(live, query, 4)
+
+
+def test_best_of_merges_parts_best_first_each_id_once() -> None:
+    found = best_of([[(1, 0.9), (2, 0.5)], [(3, 0.95), (1, 0.9), (4, 0.1)], []], 3)
+    assert found == [(3, 0.95), (1, 0.9), (2, 0.5)]
