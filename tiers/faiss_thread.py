@@ -17,7 +17,6 @@ free to serve hits meanwhile. Two settings are per thread, which is why this cla
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -43,7 +42,7 @@ class FaissThread:
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=name, initializer=partial(_prepare_thread, idle)
         )
-        self._closed = threading.Event()
+        self._closed = False
 
     def run(self, call: Callable[..., T], *args: object) -> asyncio.Future[T]:
         """`call(*args)` in the thread; the future completes on the running event loop."""
@@ -51,6 +50,6 @@ class FaissThread:
 
     async def close(self) -> None:
         """Wait for the calls already made, then end the thread."""
-        if not self._closed.is_set():
-            self._closed.set()
+        if not self._closed:
+            self._closed = True
             await asyncio.to_thread(self._executor.shutdown, wait=True)
