@@ -36,13 +36,12 @@ from bench.harness import (
     PYTHON,
     Process,
     WrkResult,
-    cpu_ticks,
     free_port,
     idle_priority,
     pinned,
     print_table,
     run_wrk,
-    steal_share,
+    with_little_steal,
     write_json,
     wrk_post_script,
 )
@@ -137,15 +136,14 @@ async def in_process(
             async with semaphore:
                 return await semantic_path(text)
 
-        for attempt in range(retries + 1):
-            ticks, started = cpu_ticks(), time.perf_counter()
+        async def measure() -> float:
+            started = time.perf_counter()
             await asyncio.gather(*(bounded(text) for text in prompts))
-            per_s = len(prompts) / (time.perf_counter() - started)
-            share = steal_share(ticks, cpu_ticks())
-            if share <= max_steal or attempt == retries:
-                return per_s, share
-            discarded.append((concurrency, round(per_s, 1), round(100 * share, 2)))
-        raise AssertionError("unreachable")
+            return len(prompts) / (time.perf_counter() - started)
+
+        per_s, share, dropped = await with_little_steal(measure, max_steal, retries)
+        discarded.extend((concurrency, round(r, 1), round(100 * s, 2)) for r, s in dropped)
+        return per_s, share
 
     serial_rate, serial_steal = await rate(1)
     concurrent_rate, concurrent_steal = await rate(32)
@@ -323,15 +321,16 @@ async def through_proxy(
                 """One wrk window and the semantic lookups done during it, measured again (up
                 to `retries` times) while the hypervisor took more than `max_steal` of the
                 CPUs: such a window times the neighbours, not Deja."""
-                for attempt in range(retries + 1):
-                    ticks, before = cpu_ticks(), done.value
+
+                async def measure() -> tuple[WrkResult, int]:
+                    before = done.value
                     result = await asyncio.to_thread(run_wrk, url, script, 1, duration_s, 1)
-                    share = steal_share(ticks, cpu_ticks())
-                    if share <= max_steal or attempt == retries:
-                        steal.append(share)
-                        return result, done.value - before
-                    discarded[kind].append((result.p99_ms, round(100 * share, 2)))
-                raise AssertionError("unreachable")
+                    return result, done.value - before
+
+                kept, share, dropped = await with_little_steal(measure, max_steal, retries)
+                steal.append(share)
+                discarded[kind].extend((r.p99_ms, round(100 * s, 2)) for (r, _), s in dropped)
+                return kept
 
             for _ in range(rounds):
                 # The warm-up's answers, and those stored in the last loaded window, are being
