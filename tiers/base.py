@@ -156,8 +156,10 @@ class CacheTier(Protocol):
 
     async def get_by_id(self, entry_id: str) -> Entry | None: ...
 
-    async def put(self, entry: Entry) -> None:
-        """Store `entry` under its id, its exact key and (when set) its lemma key."""
+    async def put(self, entry: Entry) -> str | None:
+        """Store `entry` under its id, its exact key and (when set) its lemma key. Returns the
+        id of the other entry that held the exact key until now (None when there was none):
+        a newer answer to the same question supersedes it, and the service retires it."""
         ...
 
     async def replace(self, entry: Entry) -> bool:

@@ -57,23 +57,27 @@ class LruKTier:
         self._policy.record_access(entry_id, self._clock.monotonic())
         return entry
 
-    async def put(self, entry: Entry) -> None:
+    async def put(self, entry: Entry) -> str | None:
         entry = _without_vectors(entry)
+        previous = self._ids_by_key.get(entry.exact_key)
+        if previous == entry.entry_id:
+            previous = None
+        if previous is not None:
+            # A newer answer to the same question supersedes the old one, even one too large
+            # to be held here: the old answer must not be served from here any more.
+            self._remove(previous, forget=True)
         if entry.size_bytes > self._config.max_bytes:
-            return  # could never fit; storing it would evict everything else first
+            return previous  # could never fit; storing it would evict everything else first
         if entry.entry_id in self._entries:
             self._swap(entry)
-            return
-        previous = self._ids_by_key.get(entry.exact_key)
-        if previous is not None:
-            # A newer answer for the same question supersedes the old one.
-            self._remove(previous, forget=True)
+            return previous
         self._entries[entry.entry_id] = entry
         self._index(entry)
         self._bytes += entry.size_bytes
         self._policy.admit(entry.entry_id, self._clock.monotonic())
         heapq.heappush(self._expiry, (entry.hard_expires_at, entry.entry_id))
         self._enforce_bounds(admitted=entry.entry_id)
+        return previous
 
     async def replace(self, entry: Entry) -> bool:
         if entry.entry_id not in self._entries:

@@ -109,7 +109,7 @@ class RedisTier:
         # The vector is left out: a hit never needs it, and it is the largest field.
         return _decoded(await client.hmget(self._entry_key(entry_id), [META, BODY, ANALYSIS]))
 
-    async def put(self, entry: Entry) -> None:
+    async def put(self, entry: Entry) -> str | None:
         expire_ms = int(entry.hard_expires_at * 1000)
         fields = encode_fields(entry, self._config.compress_min_bytes)
         entry_key = self._entry_key(entry.entry_id)
@@ -118,9 +118,17 @@ class RedisTier:
             pipe.delete(entry_key)
             pipe.hset(entry_key, mapping=fields)
             pipe.pexpireat(entry_key, expire_ms)
-            for key in self._keys_of(entry):
-                pipe.set(self._index_key(key), entry.entry_id, pxat=expire_ms)
-            await pipe.execute()
+            # The exact key's index entry is swapped with GET (Redis 6.2+): the id it named
+            # until now is the entry this one supersedes, read in the same transaction.
+            pipe.set(self._index_key(entry.exact_key), entry.entry_id, pxat=expire_ms, get=True)
+            if entry.lemma_key:
+                pipe.set(self._index_key(entry.lemma_key), entry.entry_id, pxat=expire_ms)
+            results = await pipe.execute()
+        previous = results[3]
+        if previous is None:
+            return None
+        previous_id = previous.decode() if isinstance(previous, bytes) else str(previous)
+        return None if previous_id == entry.entry_id else previous_id
 
     async def replace(self, entry: Entry) -> bool:
         fields = encode_fields(entry, self._config.compress_min_bytes)

@@ -3,7 +3,8 @@
     lookup:  LRU-K ─exact─▶ Redis ─exact─▶ LRU-K ─lemma─▶ Redis ─lemma─▶ semantic ─▶ miss
              (a hit in a lower tier is copied into the tiers above it: fill-back; an
              in-process first tier is asked synchronously, so its hits cost no coroutines)
-    store:   every key-value tier, then the semantic index and the replication log
+    store:   every key-value tier, then the semantic index and the replication log; the entry
+             it supersedes (same exact key) is deleted everywhere
 
 A tier that is unreachable is skipped (and counted); it never fails a request. Entries that
 are expired but within their grace period are not hits: they are returned as `stale`, for the
@@ -222,15 +223,24 @@ class CacheService:
                 self._stats.tier_errors[str(tier.name)] += 1
 
     async def store(self, entry: Entry) -> None:
-        """Write-through to every tier; an unreachable tier is skipped."""
+        """Write-through to every tier; an unreachable tier is skipped. An entry that held the
+        same exact key until now (a refreshed answer, `Cache-Control: no-cache`, warm-up) is
+        retired everywhere: its record, its vector, and the other replicas' local copies,
+        which would otherwise keep serving the old answer until it expired."""
+        superseded: list[str] = []
         for tier in self._tiers:
             try:
-                await tier.put(entry)
+                previous = await tier.put(entry)
             except TierUnavailable:
                 self._stats.tier_errors[str(tier.name)] += 1
+                continue
+            if previous is not None and previous not in superseded:
+                superseded.append(previous)
         await self._semantic.add(entry)
         self._stats.stores += 1
         await self._publish(ReplicationEvent(EventKind.ADD, entry.entry_id))
+        for entry_id in superseded:
+            await self.delete(entry_id)
 
     # --- by id (admin, feedback) -----------------------------------------------------------
 

@@ -95,9 +95,24 @@ async def test_delete_removes_the_entry_and_its_keys(tier: CacheTier) -> None:
 async def test_a_newer_entry_for_the_same_question_wins(tier: CacheTier) -> None:
     old = make_entry("old", exact_key=f"{TAG}xsame", lemma_key=None)
     new = make_entry("new", exact_key=f"{TAG}xsame", lemma_key=None)
-    await tier.put(old)
-    await tier.put(new)
+    assert await tier.put(old) is None
+    assert await tier.put(new) == old.entry_id  # what it superseded, for the service to retire
     assert await tier.get(f"{TAG}xsame") == new
+
+
+async def test_putting_the_same_entry_again_supersedes_nothing(tier: CacheTier) -> None:
+    entry = make_entry("again")
+    assert await tier.put(entry) is None
+    assert await tier.put(replace(entry, ttl_s=60.0)) is None
+    assert await tier.get(entry.exact_key) == replace(entry, ttl_s=60.0)
+
+
+async def test_an_entry_sharing_only_a_lemma_key_supersedes_nothing(tier: CacheTier) -> None:
+    first = make_entry("first", lemma_key=f"{TAG}lsame")
+    second = make_entry("second", lemma_key=f"{TAG}lsame")
+    await tier.put(first)
+    assert await tier.put(second) is None
+    assert await tier.get(first.exact_key) == first  # still its own question's answer
 
 
 async def test_deleting_an_entry_leaves_a_shared_lemma_key_to_its_new_owner(

@@ -1,10 +1,11 @@
 """Two real `deja serve` processes sharing one real Redis, in front of the stub upstream (a
 process too): what one replica learns or is told, the other knows.
 
-Exact tier (semantic off): entries, feedback (eviction and new TTLs), deletion, invalidation and
-warm-up through A reach B. Semantic tier (real MiniLM + spaCy in both): an entry stored through
-A is a semantic hit on B within a second, warm-up through A makes B hit paraphrases, and a
-complaint about a semantic hit raises that entry's threshold on both.
+Exact tier (semantic off): entries, feedback (eviction and new TTLs), deletion, invalidation,
+refreshed answers and warm-up through A (or B) reach the other. Semantic tier (real MiniLM +
+spaCy in both): an entry stored through A is a semantic hit on B within a second, warm-up
+through A makes B hit paraphrases, and a complaint about a semantic hit raises that entry's
+threshold on both.
 """
 
 from __future__ import annotations
@@ -209,6 +210,20 @@ def test_deletion_and_invalidation_on_a_reach_b(exact: Stack) -> None:
         lambda: ask(exact.b, "What is the capital of Greece?").headers["X-Deja-Cache"] == "miss",
         2.0,
     )
+
+
+def test_an_answer_refreshed_through_b_replaces_the_copy_a_holds(exact: Stack) -> None:
+    question = "What is the capital of Austria?"
+    old = stored(exact.a, question)
+    assert ask(exact.a, question).headers["X-Deja-Tier"] == "lru_k"  # A holds a local copy
+    fresh = ask(exact.b, question, **{"Cache-Control": "no-cache"})
+    assert fresh.headers["X-Deja-Cache"] == "bypass"  # not looked up, answered and stored
+    new = fresh.headers["X-Deja-Entry"]
+    assert new != old
+    # Before, A kept serving the superseded answer from its LRU-K until it expired.
+    eventually(lambda: ask(exact.a, question).headers["X-Deja-Entry"] == new, 2.0)
+    for replica in (exact.a, exact.b):
+        assert admin(replica, "GET", f"entries/{old}").status == 404
 
 
 def test_warm_up_through_a_makes_b_hit(exact: Stack) -> None:
