@@ -25,6 +25,12 @@ class ServerConfig:
     access_log: bool = True
     # Graceful shutdown: how long in-flight requests (streams too) may take after SIGTERM.
     shutdown_grace_s: float = 30.0
+    # Exact hits from a front process of their own (proxy/edge_app.py); everything else is
+    # relayed to a worker process running the whole proxy. Needs Redis.
+    edge: bool = False
+    # The worker runs in the SCHED_IDLE class (else nice 19): a hit arriving at the front then
+    # preempts it at once. Off, it runs at normal priority and hits wait out its time slices.
+    edge_worker_idle: bool = True
 
 
 @dataclass(frozen=True, slots=True)

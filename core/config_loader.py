@@ -220,6 +220,10 @@ def validate(config: DejaConfig) -> None:
         r.url == "" or r.url.startswith(("redis://", "rediss://", "unix://")),
         f"redis.url must be a redis:// URL or empty, got {r.url!r}",
     )
+    check(
+        not s.edge or bool(r.url),
+        "server.edge needs redis.url: the front reads the entries the worker stores from Redis",
+    )
     sem = config.semantic
     check(0.0 < sem.threshold <= 1.0, "semantic.threshold must be in (0, 1]")
     check(sem.batch_max >= 1, "semantic.batch_max must be at least 1")

@@ -2,8 +2,8 @@
 
 Foreign exceptions (aiohttp, redis-py, json, torch) are translated into these at one choke point
 per seam: `proxy/upstream.py` for the model server, `tiers/redis_tier.py` for Redis,
-`proxy/openai_routes.py` for request bodies. Expected outcomes (a miss, an expired entry) are
-return values, never exceptions.
+`proxy/openai_routes.py` for request bodies, `proxy/worker_link.py` for edge mode's worker.
+Expected outcomes (a miss, an expired entry) are return values, never exceptions.
 
 Every error that can reach a client knows its HTTP status and OpenAI error `type`, so the route
 layer turns any of them into `{"error": {"message", "type", "code"}}` the same way.
@@ -116,6 +116,13 @@ class BreakerOpen(UpstreamError):
 
 
 # --- storage errors (never reach clients: tiers degrade instead) ---------------------------
+
+
+class WorkerUnavailable(DejaError):
+    """Edge mode: the worker process cannot be reached (starting, restarting, or gone)."""
+
+    status = 503
+    code = "worker_unavailable"
 
 
 class TierUnavailable(DejaError):

@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -36,9 +38,11 @@ from proxy.admission import AdmissionControl
 from proxy.auth import ClientAuth
 from proxy.completions import CompletionHandler
 from proxy.components import Deja
+from proxy.edge_report import REPORT_PATH, EdgeReportReceiver
 from proxy.entry_builder import EntryBuilder
 from proxy.flight import FlightRegistry
 from proxy.health_routes import HealthRoutes
+from proxy.hit_writer import HitWriter
 from proxy.openai_routes import OpenAIRoutes
 from proxy.request_frame import RequestFrame
 from proxy.request_ledger import RequestLedger
@@ -49,6 +53,7 @@ from proxy.upstream_call import UpstreamCaller
 from proxy.upstream_gate import UpstreamGate
 from proxy.verifier import Verifier
 from proxy.warmup import WarmUp
+from proxy.worker_process import exit_with_parent
 from tiers.base import CacheTier
 from tiers.feedback import FeedbackService, ServedRequests
 from tiers.lru_k import LruKTier
@@ -67,7 +72,11 @@ SWEEP_INTERVAL_S = 30.0
 DEJA = web.AppKey("deja", Deja)
 
 
-def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Application:
+def create_app(
+    config: DejaConfig, clock: Clock | None = None, *, edge_worker: bool = False
+) -> web.Application:
+    """The whole proxy. With `edge_worker`, as edge mode's worker (proxy/edge_app.py): it also
+    takes the front's reports, and stops when the front is gone."""
     clock = clock or SystemClock()
     if not config.cache.tenant_secret:
         _log.warning(
@@ -99,6 +108,7 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
         clock=clock,
         stats=stats,
         turns=deja.upstream_turns,
+        hits=HitWriter(config, deja.served, clock, stats),
     )
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
     deja.ledger = RequestLedger(deja.telemetry, access_log)
@@ -116,8 +126,19 @@ def create_app(config: DejaConfig, clock: Clock | None = None) -> web.Applicatio
             deja.service, deja.entries, hasher, features, screen, config.server.max_messages
         )
         AdminRoutes(deja, feedback, warmup, auth, hasher).register(frame)
+    if edge_worker:
+        # Outside the frame: a report is not a client's request. Reachable only through the
+        # worker's unix socket, in a directory only the front's user can enter.
+        receiver = EdgeReportReceiver(deja.telemetry, stats, deja.served)
+        app.router.add_post(REPORT_PATH, receiver.handle)
+        parent = os.getppid()
+        app.on_startup.append(lambda _: _track(deja, exit_with_parent(parent), "deja-edge-parent"))
     frame.not_found_route()
     return app
+
+
+async def _track(deja: Deja, job: Coroutine[Any, Any, None], name: str) -> None:
+    deja.background.append(asyncio.get_running_loop().create_task(job, name=name))
 
 
 def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
@@ -227,6 +248,14 @@ async def _warm_up(deja: Deja) -> None:
         _log.exception("start-up failed; serving exact matches only")
         return
     deja.ready = True
+    settle_collector()
+    _log.info("ready")
+    if deja.replication is not None:
+        await deja.replication.follow()
+
+
+def settle_collector() -> None:
+    """Once start-up is done (here and in edge mode's front)."""
     # Everything built so far lives as long as the process: move it out of the collector's
     # sight, so a full collection (which pauses the event loop) only walks request garbage.
     gc.collect()
@@ -238,9 +267,6 @@ async def _warm_up(deja: Deja) -> None:
     # hits on a filled cache fell from 2.8% to 0.4% of the run. Request garbage is nearly all
     # freed by reference counting; the memory test bounds what cycles may hold.
     gc.set_threshold(_GC_YOUNG_OBJECTS, 10, 10)
-    _log.info("ready")
-    if deja.replication is not None:
-        await deja.replication.follow()
 
 
 async def _sweep(deja: Deja) -> None:

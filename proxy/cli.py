@@ -51,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "config":
         print(json.dumps(_masked(config), indent=2))
         return 0
+    if ns.worker_socket:
+        return _serve_worker(config, ns.log_level, ns.worker_socket)
+    if config.server.edge:
+        return _serve_edge(config, ns.log_level, args)
     return _serve(config, ns.log_level)
 
 
@@ -70,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--redis", help="redis:// URL; empty turns the Redis tier off (redis.url)")
         p.add_argument("--admin-token", help="bearer token for /admin/v1 (admin.token)")
         p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    # Edge mode's worker (proxy/worker_process.py): started by the front, not by hand.
+    serve.add_argument("--worker-socket", help=argparse.SUPPRESS)
     sub.add_parser("modelserver", help="run the local model server (see `deja modelserver --help`)")
     return parser
 
@@ -99,20 +105,70 @@ def _masked(config: DejaConfig) -> dict[str, Any]:
 
 
 def _serve(config: DejaConfig, log_level: str) -> int:
-    from aiohttp import web
-
     from proxy.app import create_app
 
+    _set_up_process(log_level)
+    _run(create_app(config), config, host=config.server.host, port=config.server.port)
+    return 0
+
+
+def _serve_edge(config: DejaConfig, log_level: str, args: Sequence[str]) -> int:
+    """Edge mode: this process answers exact hits and relays the rest to a worker process
+    (proxy/edge_app.py) on a unix socket in a private directory."""
+    import shutil
+    import tempfile
+
+    from proxy.edge_app import create_edge_app
+    from proxy.worker_link import WorkerLink
+    from proxy.worker_process import WorkerProcess
+
+    _set_up_process(log_level)
+    folder = tempfile.mkdtemp(prefix="deja-edge-")  # mode 0700: the front's user only
+    socket_path = os.path.join(folder, "worker.sock")
+    worker = WorkerProcess(args, socket_path)
+    try:
+        app = create_edge_app(config, WorkerLink(socket_path), worker)
+        _run(app, config, host=config.server.host, port=config.server.port)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 1 if worker.failed else 0
+
+
+def _serve_worker(config: DejaConfig, log_level: str, socket_path: str) -> int:
+    from proxy.app import create_app
+    from proxy.worker_process import settle_as_worker
+
+    parent = os.getppid()
+    _set_up_process(log_level)
+    settle_as_worker(config.server.edge_worker_idle)
+    _run(create_app(config, edge_worker=True), config, path=socket_path)
+    if os.getppid() != parent:
+        # The front was killed before it could remove the socket's private directory.
+        import shutil
+
+        shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)
+    return 0
+
+
+def _set_up_process(log_level: str) -> None:
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    app = create_app(config)
+
+
+def _run(
+    app: Any, config: DejaConfig, *, host: str = "", port: int = 0, path: str | None = None
+) -> None:
+    from aiohttp import web
+
+    where = f"unix:{path}" if path else f"http://{host}:{port}"
     web.run_app(
         app,
-        host=config.server.host,
-        port=config.server.port,
+        host=None if path else host,
+        port=None if path else port,
+        path=path,
         # On SIGTERM aiohttp closes the listening socket, waits up to `shutdown_timeout` for the
         # requests in progress, then cancels them and waits up to `shutdown_timeout` again (a
         # stream being written runs on through that second wait): half the grace for each
@@ -121,13 +177,12 @@ def _serve(config: DejaConfig, log_level: str) -> int:
         handler_cancellation=True,
         access_log=None,
         print=lambda *a: logging.getLogger("deja").info(
-            "listening on http://%s:%d (upstream %s)",
-            config.server.host,
-            config.server.port,
+            "listening on %s (upstream %s%s)",
+            where,
             config.upstream.url,
+            ", edge mode" if config.server.edge else "",
         ),
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from normalize.request import CacheRequest, Route
 from proxy.context import CacheOutcome, RequestContext
 from proxy.entry_builder import asked_logprobs
 from proxy.flight import Flight, FlightRegistry
+from proxy.hit_writer import HitWriter
 from proxy.request_reader import ReadRequest, RequestReader
 from proxy.responses import (
     FlightWriter,
@@ -53,6 +54,7 @@ class CompletionHandler:
         clock: Clock,
         stats: CacheStats,
         turns: LoopTurns,
+        hits: HitWriter,
     ) -> None:
         self._config = config
         self._turns = turns
@@ -65,15 +67,8 @@ class CompletionHandler:
         self._served = served
         self._clock = clock
         self._stats = stats
+        self._hits = hits
         self._response_ids = IdSequence()
-        pricing = config.pricing
-        self._prices = {
-            p.model: (p.prompt_per_1k_usd, p.completion_per_1k_usd) for p in pricing.models
-        }
-        self._default_price = (
-            pricing.default_prompt_per_1k_usd,
-            pricing.default_completion_per_1k_usd,
-        )
 
     async def handle(
         self, request: web.Request, route: Route, ctx: RequestContext
@@ -120,17 +115,7 @@ class CompletionHandler:
     async def _serve_hit(
         self, request: web.Request, ctx: RequestContext, read: ReadRequest, lookup: Lookup
     ) -> web.StreamResponse:
-        entry, creq = lookup.entry, read.cache
-        now = self._clock.time()
-        ctx.cache = CacheOutcome.HIT
-        ctx.tier, ctx.match, ctx.similarity = str(lookup.tier), str(lookup.match), lookup.similarity
-        ctx.entry_id, ctx.ttl_s, ctx.age_s = entry.entry_id, entry.ttl_s, entry.age_s(now)
-        self._count_hit(lookup)
-        if self._served.enabled:
-            self._served.remember(
-                ctx.request_id,
-                ServedRecord(entry.entry_id, creq.tenant, lookup.match, lookup.similarity),
-            )
+        creq = read.cache
         if lookup.match is MatchKind.SEMANTIC:
             keep = None
             if read.directives.store and not read.suspicious:
@@ -144,20 +129,7 @@ class CompletionHandler:
             self._verifier.maybe_verify(
                 lookup, lambda: read.upstream_request(_plain(read.body)), keep
             )
-        response_id, created = new_response_id(creq.route, self._response_ids), int(now)
-        if creq.stream:
-            return await write_replay(request, ctx, entry.completion(response_id, created), creq)
-        return json_response(entry.render_json(response_id, created), ctx)
-
-    def _count_hit(self, lookup: Lookup) -> None:
-        entry, stats = lookup.entry, self._stats
-        stats.hits[(str(lookup.tier), str(lookup.match))] += 1
-        stats.prompt_tokens_saved += entry.prompt_tokens
-        stats.completion_tokens_saved += entry.completion_tokens
-        prompt_price, completion_price = self._prices.get(entry.model, self._default_price)
-        stats.usd_saved += (
-            entry.prompt_tokens * prompt_price + entry.completion_tokens * completion_price
-        ) / 1000
+        return await self._hits.write(request, ctx, creq, lookup)
 
     async def _serve_degraded(
         self,

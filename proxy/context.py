@@ -32,6 +32,8 @@ class RequestContext:
     coalesced: bool = False
     upstream_status: int | None = None
     error_code: str | None = None
+    # Edge mode: the worker answered this request (and counts it); the front only relayed it.
+    relayed: bool = False
 
     def cache_headers(self) -> dict[str, str]:
         """X-Request-Id and the X-Deja-* headers of DESIGN.md's table for what happened to this

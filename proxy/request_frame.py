@@ -25,7 +25,7 @@ from aiohttp import web
 from core.errors import DejaError, MethodNotAllowed, NotFound
 from core.ids import IdSequence
 from proxy.context import CONTEXT, CacheOutcome, RequestContext
-from proxy.request_ledger import RequestLedger
+from proxy.request_ledger import RequestRecorder
 from proxy.responses import error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -51,7 +51,7 @@ class RequestIds:
 
 
 class RequestFrame:
-    def __init__(self, app: web.Application, ledger: RequestLedger):
+    def __init__(self, app: web.Application, ledger: RequestRecorder):
         self._app = app
         self._ledger = ledger
         self._ids = RequestIds()

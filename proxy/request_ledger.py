@@ -31,6 +31,12 @@ class RequestObserver(Protocol):
     def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None: ...
 
 
+class RequestRecorder(Protocol):
+    """Where the request frame hands every finished request (this ledger; edge mode's report)."""
+
+    def record(self, method: str, ctx: RequestContext, status: int, elapsed_s: float) -> None: ...
+
+
 class AccessLogWriter(Protocol):
     enabled: bool
 

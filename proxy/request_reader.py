@@ -43,6 +43,8 @@ class ReadRequest:
     suspicious: bool
     client_headers: Mapping[str, str]
     auth: ClientAuth
+    # The body as the client sent it (edge mode relays it to the worker unchanged).
+    raw: bytes = b""
 
     def upstream_request(self, payload: dict[str, Any]) -> UpstreamRequest:
         """A call carrying `payload` on this request's behalf (its headers, its auth). Built
@@ -104,7 +106,14 @@ class RequestReader:
         creq = parsed.cache
         features = self._features.for_request(creq, loose_matching=not parsed.suspicious)
         return ReadRequest(
-            parsed.body, parsed.directives, creq, features, parsed.suspicious, headers, self._auth
+            parsed.body,
+            parsed.directives,
+            creq,
+            features,
+            parsed.suspicious,
+            headers,
+            self._auth,
+            raw,
         )
 
     def _parse(

@@ -86,6 +86,7 @@ class StreamReplication:
         config: RedisConfig,
         local_tiers: list[CacheTier],
         semantic: SemanticIndex,
+        indexes: bool = True,
     ) -> None:
         self._conn = connection
         self._redis = redis
@@ -95,6 +96,10 @@ class StreamReplication:
         self._retry_s = config.probe_interval_s
         self._local = local_tiers
         self._semantic = semantic
+        # False where no semantic index is kept (edge mode's front): nothing is rebuilt, a new
+        # entry elsewhere needs nothing here (it is found in Redis when asked for), and a changed
+        # one only drops the local copy instead of loading the entry (vectors and all).
+        self._indexes = indexes
         self.replica = os.urandom(8).hex()
         self._last_id: str | None = None
         self.applied = 0
@@ -111,6 +116,8 @@ class StreamReplication:
         async with self._conn.guard() as client:
             last = await client.xrevrange(self._key, count=1)
         self._last_id = last[0][0].decode() if last else "0-0"
+        if not self._indexes:
+            return
         count = 0
         async for entry in self._redis.scan_entries(with_vectors=True):
             try:
@@ -160,6 +167,10 @@ class StreamReplication:
             for tier in self._local:
                 await tier.delete(event.entry_id)
             await self._semantic.remove(event.entry_id)
+        elif not self._indexes:
+            if event.kind is EventKind.UPDATE:
+                for tier in self._local:
+                    await tier.delete(event.entry_id)
         else:
             entry = await self._redis.get_full(event.entry_id)
             if entry is None:

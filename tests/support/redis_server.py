@@ -7,6 +7,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 
 
 def free_port() -> int:
@@ -16,13 +17,15 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, prefix: Sequence[str] = ()) -> None:
+        """`prefix`: a command to run redis-server under (the benchmarks pin it to a core)."""
         binary = shutil.which("redis-server")
         assert binary, (
             "redis-server is not installed (make test installs it: scripts/ensure-system.sh)"
         )
         self._binary = binary
         self.port = port or free_port()
+        self._prefix = list(prefix)
         self._dir = tempfile.mkdtemp(prefix="deja-redis-")
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -34,6 +37,7 @@ class RedisServer:
         assert self._process is None, "already running"
         self._process = subprocess.Popen(
             [
+                *self._prefix,
                 self._binary,
                 "--port",
                 str(self.port),

@@ -66,6 +66,7 @@ def test_booleans_from_the_environment() -> None:
         ({"DEJA_UPSTREAM__URL": "http://x/api"}, "upstream.url must end in /v1"),
         ({"DEJA_UPSTREAM__API_KEY": "sk"}, "proxy.api_keys must list the client keys"),
         ({"DEJA_REDIS__URL": "http://x"}, "redis.url must be a redis:// URL"),
+        ({"DEJA_SERVER__EDGE": "true"}, "server.edge needs redis.url"),
         ({"DEJA_LRU_K__K": "0"}, "lru_k.k must be at least 1"),
         ({"DEJA_SEMANTIC__THRESHOLD": "1.5"}, "semantic.threshold must be in"),
         ({"DEJA_TTL__BASE_TTL_S": "nan"}, "ttl.base_ttl_s must be finite"),

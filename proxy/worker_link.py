@@ -1,0 +1,96 @@
+"""The edge's connection to its worker process: requests relayed verbatim over a unix socket.
+
+Edge mode (proxy/edge_app.py) answers exact hits itself and hands every other request to the
+worker, which runs the whole proxy. The worker's answer comes back unchanged: its status, its
+headers (the X-Deja-* ones included: the worker decided what happened) and its body, streamed
+chunk by chunk when it has no length (SSE), so a streamed miss reaches the client as the model
+writes it. Bodies are not decompressed on the way.
+
+The edge sends the request id it assigned as X-Request-Id, so the worker uses the same one and
+feedback naming it finds the right record. The client's address travels in X-Forwarded-For.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+from aiohttp import web
+
+from core.errors import WorkerUnavailable
+from proxy.context import RequestContext
+
+# The host part of the URLs sent over the socket: any name would do.
+_WORKER = "http://deja-worker"
+# Hop-by-hop headers (RFC 9110 7.6.1) and what the client library sets itself.
+_HOP = frozenset(
+    {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "content-length"}
+)
+_NOT_SENT = _HOP | {"host", "x-request-id", "x-forwarded-for"}
+_NOT_RETURNED = _HOP | {"date", "server"}
+
+
+class WorkerLink:
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(path=self.socket_path, limit=0),
+            # The worker applies the upstream's timeouts itself; a stream may run for minutes.
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise WorkerUnavailable("the edge is not connected to its worker")
+        return self._session
+
+    async def forward(
+        self, request: web.Request, ctx: RequestContext, body: bytes
+    ) -> web.StreamResponse:
+        """`request` (whose body, already read, is `body`) answered by the worker."""
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_SENT]
+        headers.append(("X-Request-Id", ctx.request_id))
+        if request.remote:
+            headers.append(("X-Forwarded-For", request.remote))
+        try:
+            reply = await self._open_session().request(
+                request.method,
+                _WORKER + request.path_qs,
+                data=body if body or request.method not in ("GET", "HEAD") else None,
+                headers=headers,
+                allow_redirects=False,
+            )
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            raise WorkerUnavailable(f"the worker process is not answering: {exc}") from None
+        try:
+            returned = {k: v for k, v in reply.headers.items() if k.lower() not in _NOT_RETURNED}
+            if reply.content_length is not None or request.method == "HEAD":
+                return web.Response(status=reply.status, body=await reply.read(), headers=returned)
+            response = web.StreamResponse(status=reply.status, headers=returned)
+            await response.prepare(request)
+            async for chunk in reply.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+        finally:
+            reply.release()
+
+    async def post(self, path: str, payload: bytes) -> None:
+        """An internal call (the edge's report); WorkerUnavailable unless the worker took it."""
+        try:
+            async with self._open_session().post(
+                _WORKER + path, data=payload, headers={"Content-Type": "application/json"}
+            ) as reply:
+                await reply.read()
+                if reply.status != 200:
+                    raise WorkerUnavailable(f"the worker refused {path}: HTTP {reply.status}")
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            raise WorkerUnavailable(f"the worker process is not answering: {exc}") from None

@@ -1,0 +1,255 @@
+"""Edge mode end to end: `deja serve` with `server.edge` (a front process and its worker), a real
+Redis and the stub upstream, each a process of its own.
+
+The front answers exact hits without its worker (shown by stopping the worker with SIGSTOP and
+still getting the hit), relays everything else verbatim (misses, streams, errors, admin), and
+what it served is counted by the worker (stats, metrics, feedback by request id). Deletions and
+refreshed answers reach the front's own LRU-K through the replication stream. Each process stops
+when the other is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.processes import ServerProcess, proxy
+from tests.support.redis_server import RedisServer, free_port
+
+pytestmark = pytest.mark.redis
+
+TOKEN = "edge-admin"
+KEY = "sk-edge"
+ENV = {
+    "DEJA_SERVER__EDGE": "true",
+    "DEJA_SEMANTIC__ENABLED": "false",
+    "DEJA_ADMIN__TOKEN": TOKEN,
+    "DEJA_SERVER__ACCESS_LOG": "false",
+    "DEJA_UPSTREAM__REQUEST_LOGPROBS": "false",
+}
+
+
+class Reply:
+    def __init__(self, status: int, headers: dict[str, str], raw: bytes) -> None:
+        self.status, self.headers, self.raw = status, headers, raw
+
+    @property
+    def body(self) -> Any:
+        return json.loads(self.raw)
+
+
+def http(
+    server: ServerProcess,
+    method: str,
+    path: str,
+    payload: Any = None,
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
+) -> Reply:
+    raw = data if data is not None else (json.dumps(payload).encode() if payload else None)
+    request = urllib.request.Request(
+        server.url + path,
+        data=raw,
+        method=method,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return Reply(response.status, dict(response.headers), response.read())
+    except urllib.error.HTTPError as exc:
+        return Reply(exc.code, dict(exc.headers), exc.read())
+
+
+def ask(server: ServerProcess, question: str, stream: bool = False, **headers: str) -> Reply:
+    body = {"model": "m", "messages": [{"role": "user", "content": question}], "stream": stream}
+    return http(
+        server, "POST", "/v1/chat/completions", body, {"Authorization": f"Bearer {KEY}", **headers}
+    )
+
+
+def admin(server: ServerProcess, method: str, path: str, payload: Any = None) -> Reply:
+    return http(server, method, f"/admin/v1/{path}", payload, {"Authorization": f"Bearer {TOKEN}"})
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "the condition was not reached in time"
+        time.sleep(0.05)
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class EdgeStack:
+    def __init__(self) -> None:
+        self.redis = RedisServer()
+        self.redis.start()
+        port = free_port()
+        self.stub = ServerProcess("stub", [sys.executable, "bench/stub_server.py", str(port)], port)
+        self.edge: ServerProcess | None = None
+        try:
+            self.stub.wait_ready("/v1/models", timeout_s=30)
+            self.edge = proxy(f"{self.stub.url}/v1", self.redis.url, ENV)
+            self.edge.wait_ready(timeout_s=120)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def front(self) -> ServerProcess:
+        assert self.edge is not None
+        return self.edge
+
+    def worker_pid(self) -> int:
+        (pid,) = children_of(self.front.proc.pid)
+        return pid
+
+    def close(self) -> None:
+        if self.edge is not None:
+            self.edge.stop()
+        self.stub.stop()
+        self.redis.close()
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[EdgeStack]:
+    s = EdgeStack()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fresh_stack() -> Iterator[EdgeStack]:
+    s = EdgeStack()
+    yield s
+    s.close()
+
+
+def test_a_repeat_is_answered_by_the_front_even_while_the_worker_is_stopped(
+    stack: EdgeStack,
+) -> None:
+    question = "What is the capital of France?"
+    miss = ask(stack.front, question)
+    assert miss.headers["X-Deja-Cache"] == "miss"
+    entry = miss.headers["X-Deja-Entry"]
+    eventually(lambda: ask(stack.front, question).headers["X-Deja-Cache"] == "hit")
+    worker = stack.worker_pid()
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        hit = ask(stack.front, question)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    assert (hit.status, hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Match"]) == (
+        200,
+        "hit",
+        "exact",
+    )
+    assert hit.headers["X-Deja-Tier"] == "lru_k"  # the front's own copy
+    assert hit.headers["X-Deja-Entry"] == entry
+    assert hit.body["choices"][0]["message"]["content"] == "Answer to: " + question
+    assert hit.body["id"] != miss.body["id"] and hit.body["usage"] == miss.body["usage"]
+
+
+def test_a_streamed_miss_comes_through_the_front_and_its_repeat_is_replayed(
+    stack: EdgeStack,
+) -> None:
+    question = "Stream the capital of Spain"
+    miss = ask(stack.front, question, stream=True)
+    assert miss.headers["X-Deja-Cache"] == "miss"
+    assert miss.headers["Content-Type"].startswith("text/event-stream")
+    events = [line for line in miss.raw.decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) > 3
+    eventually(lambda: ask(stack.front, question).headers["X-Deja-Cache"] == "hit")
+    replay = ask(stack.front, question, stream=True)
+    assert replay.headers["X-Deja-Cache"] == "hit"
+    text = "".join(
+        json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        for line in replay.raw.decode().splitlines()
+        if line.startswith("data: {") and json.loads(line[6:])["choices"]
+    )
+    assert text == "Answer to: " + question
+
+
+def test_what_the_front_served_is_counted_by_the_worker_and_feedback_finds_it(
+    stack: EdgeStack,
+) -> None:
+    question = "What is the capital of Portugal?"
+    ask(stack.front, question)
+    eventually(lambda: ask(stack.front, question).headers["X-Deja-Cache"] == "hit")
+    before = admin(stack.front, "GET", "stats").body["requests"]["hits"]
+    served = [ask(stack.front, question, **{"X-Request-Id": f"edge-req-{i}"}) for i in range(3)]
+    assert all(r.headers["X-Request-Id"] == f"edge-req-{i}" for i, r in enumerate(served))
+    # The report is flushed before any admin call is relayed: no waiting needed.
+    assert admin(stack.front, "GET", "stats").body["requests"]["hits"] == before + 3
+    metrics = http(stack.front, "GET", "/metrics").raw.decode()
+    assert 'deja_requests_total{cache="hit",route="chat",status="200"}' in metrics
+    feedback = admin(stack.front, "POST", "feedback", {"request_id": "edge-req-2", "signal": 1})
+    assert feedback.status == 200
+    assert feedback.body["entry_id"] == served[2].headers["X-Deja-Entry"]
+
+
+def test_deletions_and_refreshed_answers_reach_the_fronts_copy(stack: EdgeStack) -> None:
+    question = "What is the capital of Austria?"
+    old = ask(stack.front, question).headers["X-Deja-Entry"]
+    eventually(lambda: ask(stack.front, question).headers.get("X-Deja-Tier") == "lru_k")
+    refreshed = ask(stack.front, question, **{"Cache-Control": "no-cache"})
+    assert refreshed.headers["X-Deja-Cache"] == "bypass"  # relayed: the worker answered
+    new = refreshed.headers["X-Deja-Entry"]
+    eventually(lambda: ask(stack.front, question).headers.get("X-Deja-Entry") == new, 2.0)
+    assert new != old
+    assert admin(stack.front, "DELETE", f"entries/{new}").body["deleted"] is True
+    eventually(lambda: ask(stack.front, question).headers["X-Deja-Cache"] == "miss", 2.0)
+
+
+def test_errors_and_other_routes_read_as_they_do_without_the_front(stack: EdgeStack) -> None:
+    bad = http(stack.front, "POST", "/v1/chat/completions", data=b"{not json")
+    assert bad.status == 400 and bad.body["error"]["type"] == "invalid_request_error"
+    wrong = http(stack.front, "GET", "/v1/chat/completions")
+    assert wrong.status == 405
+    unknown = http(stack.front, "GET", "/nowhere")
+    assert unknown.status == 404 and unknown.body["error"]["code"] == "not_found"
+    models = http(stack.front, "GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    assert models.status == 200 and models.headers["X-Deja-Cache"] == "bypass"
+    assert http(stack.front, "GET", "/readyz").body["status"] == "ready"
+    assert http(stack.front, "GET", "/healthz").body == {"status": "ok"}
+
+
+def test_the_front_stops_with_an_error_when_its_worker_dies(fresh_stack: EdgeStack) -> None:
+    front = fresh_stack.front.proc
+    os.kill(fresh_stack.worker_pid(), signal.SIGKILL)
+    assert front.wait(timeout=20) == 1
+
+
+def test_the_worker_stops_when_its_front_dies(fresh_stack: EdgeStack) -> None:
+    worker = fresh_stack.worker_pid()
+    os.kill(fresh_stack.front.proc.pid, signal.SIGKILL)
+    fresh_stack.front.proc.wait()
+    eventually(lambda: not alive(worker), 20.0)

@@ -1,0 +1,133 @@
+"""Edge mode's report, both ends for real: the front's EdgeReport posts through a WorkerLink over a
+unix socket to an aiohttp app holding the worker's EdgeReportReceiver, which applies it to real
+counters and served records. Only the request-metrics observer on the worker's side is a
+recording stand-in (the seam where Prometheus would be)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+
+from core.errors import WorkerUnavailable
+from proxy.edge_report import REPORT_PATH, EdgeReport, EdgeReportReceiver
+from proxy.worker_link import WorkerLink
+from tiers.base import MatchKind
+from tiers.feedback import ServedRecord, ServedRequests
+from tiers.stats import CacheStats
+
+
+class Observed:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, int]] = []
+
+    def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
+        self.requests.append((route, cache, status))
+
+
+class Worker:
+    """The worker's side of the socket."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.observed = Observed()
+        self.stats = CacheStats()
+        self.served = ServedRequests()
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post(
+            REPORT_PATH, EdgeReportReceiver(self.observed, self.stats, self.served).handle
+        )
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.UnixSite(self._runner, self.socket_path).start()
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+@pytest.fixture
+async def link(tmp_path: Path) -> AsyncIterator[WorkerLink]:
+    link = WorkerLink(str(tmp_path / "worker.sock"))
+    await link.start()
+    yield link
+    await link.close()
+
+
+def served_hit(report: EdgeReport, front: CacheStats, request_id: str) -> None:
+    # What the front's ledger and hit writer hand the report for one hit.
+    report.observe_request("chat", "hit", 200, 0.0002)
+    report.remember(request_id, ServedRecord("e-1", "t1", MatchKind.EXACT, None))
+    front.hits[("lru_k", "exact")] += 1
+    front.prompt_tokens_saved += 7
+
+
+async def test_what_the_front_served_reaches_the_workers_ledger_counters_and_records(
+    link: WorkerLink,
+) -> None:
+    worker = Worker(link.socket_path)
+    await worker.start()
+    try:
+        front = CacheStats()
+        report = EdgeReport(link, front, served_enabled=True)
+        served_hit(report, front, "r-1")
+        report.observe_request("healthz", "none", 200, 0.0001)
+        await report.flush()
+        assert worker.observed.requests == [("chat", "hit", 200), ("healthz", "none", 200)]
+        assert worker.stats.hits == {("lru_k", "exact"): 1}
+        assert worker.stats.prompt_tokens_saved == 7
+        assert worker.served.get("r-1", "t1") == ServedRecord("e-1", "t1", MatchKind.EXACT, None)
+        assert front.total_hits == 0  # handed over, not counted twice
+        await report.flush()  # nothing new: nothing sent, nothing counted again
+        assert worker.stats.hits == {("lru_k", "exact"): 1}
+    finally:
+        await worker.close()
+
+
+async def test_a_report_the_worker_cannot_take_yet_is_kept_for_the_next(
+    link: WorkerLink,
+) -> None:
+    front = CacheStats()
+    report = EdgeReport(link, front, served_enabled=True)
+    served_hit(report, front, "r-1")
+    await report.flush()  # nobody listens on the socket yet
+    assert front.hits == {("lru_k", "exact"): 1}  # given back
+    worker = Worker(link.socket_path)
+    await worker.start()
+    try:
+        served_hit(report, front, "r-2")
+        await report.flush()
+        assert worker.observed.requests == [("chat", "hit", 200)] * 2
+        assert worker.stats.hits == {("lru_k", "exact"): 2}
+        assert worker.served.get("r-1", "t1") is not None
+        assert worker.served.get("r-2", "t1") is not None
+    finally:
+        await worker.close()
+
+
+async def test_past_max_pending_the_oldest_observations_are_dropped_and_counted(
+    link: WorkerLink,
+) -> None:
+    report = EdgeReport(link, CacheStats(), served_enabled=False, max_pending=2)
+    for _ in range(3):
+        report.observe_request("chat", "hit", 200, 0.0002)
+    await report.flush()  # not delivered: kept, still bounded
+    report.observe_request("chat", "hit", 200, 0.0002)
+    assert report.dropped == 2
+
+
+async def test_a_report_of_another_version_is_refused(link: WorkerLink) -> None:
+    worker = Worker(link.socket_path)
+    await worker.start()
+    try:
+        stale = orjson.dumps({"v": 99, "observed": [], "served": []})
+        with pytest.raises(WorkerUnavailable, match="HTTP 400"):
+            await link.post(REPORT_PATH, stale)
+    finally:
+        await worker.close()
