@@ -463,6 +463,15 @@ def main() -> None:
             "≤ 2",
             part3["loaded_over_quiet"] <= 2,
         ],
+        [
+            "semantic lookups done per loaded window, edge mode / one process (medians)",
+            f"{statistics.median(part3['semantic_lookups_per_loaded_window']):.0f} / "
+            f"{statistics.median(part2['semantic_lookups_per_loaded_window']):.0f}",
+            statistics.median(part3["semantic_lookups_per_loaded_window"])
+            / statistics.median(part2["semantic_lookups_per_loaded_window"]),
+            "(the price)",
+            "",
+        ],
     ]
     print_table(
         "Semantic latency (this machine, one run)",

@@ -7,7 +7,8 @@ chunk by chunk when it has no length (SSE), so a streamed miss reaches the clien
 writes it. Bodies are not decompressed on the way.
 
 The edge sends the request id it assigned as X-Request-Id, so the worker uses the same one and
-feedback naming it finds the right record. The client's address travels in X-Forwarded-For.
+feedback naming it finds the right record. Nothing else is added: the worker, and the upstream
+after it, see the client's request as the client sent it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _WORKER = "http://deja-worker"
 _HOP = frozenset(
     {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "content-length"}
 )
-_NOT_SENT = _HOP | {"host", "x-request-id", "x-forwarded-for"}
+_NOT_SENT = _HOP | {"host", "x-request-id"}
 _NOT_RETURNED = _HOP | {"date", "server"}
 
 
@@ -58,8 +59,6 @@ class WorkerLink:
         """`request` (whose body, already read, is `body`) answered by the worker."""
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_SENT]
         headers.append(("X-Request-Id", ctx.request_id))
-        if request.remote:
-            headers.append(("X-Forwarded-For", request.remote))
         try:
             reply = await self._open_session().request(
                 request.method,

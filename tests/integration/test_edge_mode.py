@@ -5,7 +5,8 @@ The front answers exact hits without its worker (shown by stopping the worker wi
 still getting the hit), relays everything else verbatim (misses, streams, errors, admin), and
 what it served is counted by the worker (stats, metrics, feedback by request id). Deletions and
 refreshed answers reach the front's own LRU-K through the replication stream. Each process stops
-when the other is gone.
+when the other is gone. With the semantic tier on, a paraphrase is matched by the worker
+through the front.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def alive(pid: int) -> bool:
 
 
 class EdgeStack:
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
         self.redis = RedisServer()
         self.redis.start()
         port = free_port()
@@ -117,8 +118,8 @@ class EdgeStack:
         self.edge: ServerProcess | None = None
         try:
             self.stub.wait_ready("/v1/models", timeout_s=30)
-            self.edge = proxy(f"{self.stub.url}/v1", self.redis.url, ENV)
-            self.edge.wait_ready(timeout_s=120)
+            self.edge = proxy(f"{self.stub.url}/v1", self.redis.url, {**ENV, **(env or {})})
+            self.edge.wait_ready(timeout_s=300)
         except BaseException:
             self.close()
             raise
@@ -229,6 +230,18 @@ def test_deletions_and_refreshed_answers_reach_the_fronts_copy(stack: EdgeStack)
     eventually(lambda: ask(stack.front, question).headers["X-Deja-Cache"] == "miss", 2.0)
 
 
+def test_a_new_ttl_from_feedback_reaches_the_fronts_copy(stack: EdgeStack) -> None:
+    question = "What is the capital of Greece?"
+    entry = ask(stack.front, question).headers["X-Deja-Entry"]
+    eventually(lambda: ask(stack.front, question).headers.get("X-Deja-Tier") == "lru_k")
+    ttl = int(ask(stack.front, question).headers["X-Deja-TTL"])
+    reply = admin(stack.front, "POST", "feedback", {"entry_id": entry, "signal": "useful"})
+    new_ttl = round(reply.body["ttl_s"])
+    assert new_ttl > ttl
+    # The update event drops the front's copy; its next lookup reads the new record.
+    eventually(lambda: int(ask(stack.front, question).headers["X-Deja-TTL"]) == new_ttl, 2.0)
+
+
 def test_errors_and_other_routes_read_as_they_do_without_the_front(stack: EdgeStack) -> None:
     bad = http(stack.front, "POST", "/v1/chat/completions", data=b"{not json")
     assert bad.status == 400 and bad.body["error"]["type"] == "invalid_request_error"
@@ -253,3 +266,25 @@ def test_the_worker_stops_when_its_front_dies(fresh_stack: EdgeStack) -> None:
     os.kill(fresh_stack.front.proc.pid, signal.SIGKILL)
     fresh_stack.front.proc.wait()
     eventually(lambda: not alive(worker), 20.0)
+
+
+def semantic_entries(server: ServerProcess) -> int:
+    return int(admin(server, "GET", "stats").body["sizes"]["semantic_entries"])
+
+
+@pytest.mark.models
+def test_a_paraphrase_is_a_semantic_hit_through_the_front() -> None:
+    stack = EdgeStack({"DEJA_SEMANTIC__ENABLED": "true"})
+    try:
+        stored = ask(stack.front, "Who wrote Pride and Prejudice?")
+        assert stored.headers["X-Deja-Cache"] == "miss"
+        eventually(lambda: semantic_entries(stack.front) == 1, 10.0)
+        hit = ask(stack.front, "Who is the author of Pride and Prejudice?")
+        # The front looked for an exact match, found none and relayed: the worker matched it.
+        assert (hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Match"]) == ("hit", "semantic")
+        assert hit.headers["X-Deja-Entry"] == stored.headers["X-Deja-Entry"]
+        assert float(hit.headers["X-Deja-Similarity"]) > 0.9
+        stats = admin(stack.front, "GET", "stats").body
+        assert stats["hits"]["semantic"] == {"semantic": 1}
+    finally:
+        stack.close()
