@@ -33,6 +33,7 @@ class RequestContext:
     upstream_status: int | None = None
     error_code: str | None = None
     # Edge mode: the worker answered this request (and counts it); the front only relayed it.
+    # Set once the worker's answer arrives: a 503 for a worker not answering is the front's.
     relayed: bool = False
 
     def cache_headers(self) -> dict[str, str]:

@@ -92,7 +92,6 @@ class EdgeCompletions:
             outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
             if outcome.hit is not None:
                 return await self._hits.write(request, ctx, creq, outcome.hit)
-        ctx.relayed = True
         return await self._link.forward(request, ctx, read.raw)
 
 
@@ -124,7 +123,6 @@ class EdgeRelay:
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]
-        ctx.relayed = True
         body = await read_body(request, self._max_body_bytes)
         if request.path.startswith(_READS_REPORTS):
             self._ledger.drain()
@@ -139,9 +137,6 @@ class EdgeRelay:
             return web.Response(
                 status=503, body=json.dumps(report).encode(), content_type="application/json"
             )
-
-
-EDGE_REDIS = web.AppKey("edge_redis", RedisConnection)
 
 
 def create_edge_app(
@@ -172,7 +167,6 @@ def create_edge_app(
     relay = EdgeRelay(link, ledger, report, config.server.max_passthrough_bytes)
 
     app = web.Application(client_max_size=config.server.max_passthrough_bytes)
-    app[EDGE_REDIS] = redis
     frame = RequestFrame(app, FrontRecorder(ledger))
     frame.route("/v1/chat/completions", "chat", completions.chat, methods=["POST"])
     frame.route("/v1/completions", "completions", completions.completions, methods=["POST"])

@@ -69,14 +69,24 @@ class WorkerLink:
             )
         except (aiohttp.ClientConnectionError, OSError) as exc:
             raise WorkerUnavailable(f"the worker process is not answering: {exc}") from None
+        ctx.relayed = True  # the worker answered it, and counts it; the front does not
         try:
             returned = {k: v for k, v in reply.headers.items() if k.lower() not in _NOT_RETURNED}
             if reply.content_length is not None or request.method == "HEAD":
-                return web.Response(status=reply.status, body=await reply.read(), headers=returned)
+                try:
+                    body = await reply.read()
+                except aiohttp.ClientError as exc:
+                    raise WorkerUnavailable(f"the worker's answer broke off: {exc}") from None
+                return web.Response(status=reply.status, body=body, headers=returned)
             response = web.StreamResponse(status=reply.status, headers=returned)
             await response.prepare(request)
-            async for chunk in reply.content.iter_any():
-                await response.write(chunk)
+            try:
+                async for chunk in reply.content.iter_any():
+                    await response.write(chunk)
+            except aiohttp.ClientError:
+                # The worker went away mid-stream: end the client's stream where it broke off
+                # (its events so far were the worker's; there is nobody left to finish it).
+                raise ConnectionResetError("the worker's stream broke off") from None
             await response.write_eof()
             return response
         finally:
