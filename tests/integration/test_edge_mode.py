@@ -15,15 +15,13 @@ import json
 import os
 import signal
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.blocking_http import Reply, eventually, http
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
 
@@ -40,37 +38,6 @@ ENV = {
 }
 
 
-class Reply:
-    def __init__(self, status: int, headers: dict[str, str], raw: bytes) -> None:
-        self.status, self.headers, self.raw = status, headers, raw
-
-    @property
-    def body(self) -> Any:
-        return json.loads(self.raw)
-
-
-def http(
-    server: ServerProcess,
-    method: str,
-    path: str,
-    payload: Any = None,
-    headers: dict[str, str] | None = None,
-    data: bytes | None = None,
-) -> Reply:
-    raw = data if data is not None else (json.dumps(payload).encode() if payload else None)
-    request = urllib.request.Request(
-        server.url + path,
-        data=raw,
-        method=method,
-        headers={"Content-Type": "application/json", **(headers or {})},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return Reply(response.status, dict(response.headers), response.read())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, dict(exc.headers), exc.read())
-
-
 def ask(server: ServerProcess, question: str, stream: bool = False, **headers: str) -> Reply:
     body = {"model": "m", "messages": [{"role": "user", "content": question}], "stream": stream}
     return http(
@@ -80,13 +47,6 @@ def ask(server: ServerProcess, question: str, stream: bool = False, **headers: s
 
 def admin(server: ServerProcess, method: str, path: str, payload: Any = None) -> Reply:
     return http(server, method, f"/admin/v1/{path}", payload, {"Authorization": f"Bearer {TOKEN}"})
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "the condition was not reached in time"
-        time.sleep(0.05)
 
 
 def children_of(pid: int) -> list[int]:

@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.support.blocking_http import Reply, eventually, http
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.warmup_lines import warm_up_line
@@ -39,44 +37,6 @@ FAST_ENV = {
 KEY = "sk-replicas"
 
 
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: Any
-
-
-def http(
-    server: ServerProcess,
-    method: str,
-    path: str,
-    payload: Any = None,
-    headers: dict[str, str] | None = None,
-    data: bytes | None = None,
-) -> Reply:
-    raw = (
-        data
-        if data is not None
-        else (json.dumps(payload).encode() if payload is not None else None)
-    )
-    request = urllib.request.Request(
-        server.url + path,
-        data=raw,
-        method=method,
-        headers={"Content-Type": "application/json", **(headers or {})},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            status, got, text = response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as exc:
-        status, got, text = exc.code, dict(exc.headers), exc.read()
-    try:
-        body: Any = json.loads(text)
-    except ValueError:
-        body = text.decode()
-    return Reply(status, got, body)
-
-
 def ask(server: ServerProcess, question: str, key: str = KEY, **headers: str) -> Reply:
     body = {"model": "m", "messages": [{"role": "user", "content": question}]}
     return http(
@@ -90,15 +50,6 @@ def admin(
     return http(
         server, method, f"/admin/v1/{path}", payload, {"Authorization": f"Bearer {TOKEN}"}, data
     )
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> float:
-    """Seconds until `check()` held (fails after timeout_s)."""
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout_s, "the condition was not reached in time"
-        time.sleep(0.05)
-    return time.monotonic() - start
 
 
 def stored(server: ServerProcess, question: str, **kwargs: Any) -> str:

@@ -15,6 +15,7 @@ from aiohttp import web
 from core.errors import WorkerUnavailable
 from proxy.edge_report import REPORT_PATH, EdgeReport, EdgeReportReceiver
 from proxy.worker_link import WorkerLink
+from tests.support.unix_server import UnixServer
 from tiers.base import MatchKind
 from tiers.feedback import ServedRecord, ServedRequests
 from tiers.stats import CacheStats
@@ -36,20 +37,19 @@ class Worker:
         self.observed = Observed()
         self.stats = CacheStats()
         self.served = ServedRequests()
-        self._runner: web.AppRunner | None = None
+        self._server: UnixServer | None = None
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post(
             REPORT_PATH, EdgeReportReceiver(self.observed, self.stats, self.served).handle
         )
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.UnixSite(self._runner, self.socket_path).start()
+        self._server = UnixServer(app, self.socket_path)
+        await self._server.start()
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._server is not None:
+            await self._server.close()
 
 
 @pytest.fixture

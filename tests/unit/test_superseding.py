@@ -10,18 +10,15 @@ published deletion reaches.
 
 from __future__ import annotations
 
-import numpy as np
-
 from core.clock import ManualClock
 from core.config import LruKConfig
 from normalize.features import NoFeatures
-from normalize.meaning import Analysis
 from normalize.request import CacheRequest, Route
 from tests.support.entries import TAG, make_entry
-from tiers.base import Entry, Invalidation
+from tiers.base import Entry
 from tiers.lru_k import LruKTier
 from tiers.replication import EventKind, ReplicationEvent
-from tiers.semantic_base import SemanticCandidate
+from tiers.semantic_base import NullSemanticIndex
 from tiers.service import CacheService
 from tiers.stats import CacheStats
 
@@ -39,45 +36,19 @@ REQUEST = CacheRequest(
 )
 
 
-class RecordedIndex:
-    """The semantic-index seam: which entries were added and removed."""
+class RecordedIndex(NullSemanticIndex):
+    """The semantic-index seam: which entries it holds."""
 
     def __init__(self) -> None:
         self.held: set[str] = set()
 
-    async def search(
-        self,
-        partition: str,
-        vector: np.ndarray,
-        query: Analysis,
-        threshold_override: float | None = None,
-    ) -> list[SemanticCandidate]:
-        return []
-
-    async def contradicts(
-        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
-    ) -> bool:
-        return False
-
-    def answer_vector(self, entry_id: str) -> np.ndarray | None:
-        return None
-
     async def add(self, entry: Entry) -> None:
         self.held.add(entry.entry_id)
-
-    async def update(self, entry: Entry) -> None:
-        return None
 
     async def remove(self, entry_id: str) -> bool:
         had = entry_id in self.held
         self.held.discard(entry_id)
         return had
-
-    async def invalidate(self, selector: Invalidation) -> int:
-        return 0
-
-    def size(self) -> int:
-        return len(self.held)
 
 
 class RecordedLog:

@@ -21,6 +21,7 @@ from proxy.context import CONTEXT, RequestContext
 from proxy.request_frame import RequestFrame
 from proxy.request_ledger import RequestLedger
 from proxy.worker_link import WorkerLink
+from tests.support.unix_server import UnixServer
 
 
 class Observed:
@@ -35,7 +36,7 @@ class Worker:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
         self.seen: list[tuple[str, str, CIMultiDict[str], bytes]] = []
-        self._runner: web.AppRunner | None = None
+        self._server: UnixServer | None = None
 
     async def answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -55,13 +56,12 @@ class Worker:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.answer)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.UnixSite(self._runner, self.socket_path).start()
+        self._server = UnixServer(app, self.socket_path)
+        await self._server.start()
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._server is not None:
+            await self._server.close()
 
 
 class Front:
