@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -65,6 +65,9 @@ from tiers.stats import CacheStats
 from tiers.thresholds import ThresholdController
 from tiers.ttl import TtlPolicy
 
+if TYPE_CHECKING:  # only proxy/telemetry.py imports OpenTelemetry at run time
+    from opentelemetry.sdk.trace.export import SpanExporter
+
 _GC_YOUNG_OBJECTS = 10_000
 _log = logging.getLogger("deja.app")
 SWEEP_INTERVAL_S = 30.0
@@ -73,17 +76,22 @@ DEJA = web.AppKey("deja", Deja)
 
 
 def create_app(
-    config: DejaConfig, clock: Clock | None = None, *, edge_worker: bool = False
+    config: DejaConfig,
+    clock: Clock | None = None,
+    *,
+    edge_worker: bool = False,
+    span_exporter: SpanExporter | None = None,
 ) -> web.Application:
     """The whole proxy. With `edge_worker`, as edge mode's worker (proxy/edge_app.py): it also
-    takes the front's reports, and stops when the front is gone."""
+    takes the front's reports, and stops when the front is gone. `span_exporter` (tests) takes
+    every span as it ends, whatever `telemetry.traces` says."""
     clock = clock or SystemClock()
     if not config.cache.tenant_secret:
         _log.warning(
             "cache.tenant_secret is empty: using the development secret; set one in production"
         )
     stats = CacheStats()
-    deja = _build_core(config, clock, stats)
+    deja = _build_core(config, clock, stats, span_exporter)
     if not config.admin.token:
         deja.served = ServedRequests(capacity=0)
     features: FeatureSource = deja.features if deja.features is not None else NoFeatureSource()
@@ -100,7 +108,13 @@ def create_app(
         service=deja.service,
         flights=deja.flights,
         caller=UpstreamCaller(
-            gate, deja.service, deja.entries, stats, deja.store_turns, deja.upstream_turns
+            gate,
+            deja.service,
+            deja.entries,
+            stats,
+            deja.store_turns,
+            deja.upstream_turns,
+            deja.telemetry.tracer,
         ),
         degrader=Degrader(config.degrade, deja.service, clock, deja.breaker),
         verifier=deja.verifier,
@@ -109,13 +123,14 @@ def create_app(
         stats=stats,
         turns=deja.upstream_turns,
         hits=HitWriter(config, deja.served, clock, stats),
+        tracer=deja.telemetry.tracer,
     )
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
     deja.ledger = RequestLedger(deja.telemetry, access_log)
     app = web.Application(client_max_size=config.server.max_passthrough_bytes)
     app[DEJA] = deja
     app.cleanup_ctx.append(_lifecycle)
-    frame = RequestFrame(app, deja.ledger)
+    frame = RequestFrame(app, deja.ledger, deja.telemetry.tracer)
     HealthRoutes(deja.readiness, deja.telemetry, deja.ledger, config.telemetry.metrics).register(
         frame
     )
@@ -141,7 +156,9 @@ async def _track(deja: Deja, job: Coroutine[Any, Any, None], name: str) -> None:
     deja.background.append(asyncio.get_running_loop().create_task(job, name=name))
 
 
-def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
+def _build_core(
+    config: DejaConfig, clock: Clock, stats: CacheStats, span_exporter: SpanExporter | None
+) -> Deja:
     """The tiers, the cache service and the upstream side."""
     local: list[CacheTier] = []
     lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
@@ -185,7 +202,7 @@ def _build_core(config: DejaConfig, clock: Clock, stats: CacheStats) -> Deja:
         breaker=breaker,
         admission=AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s),
         flights=FlightRegistry(),
-        telemetry=Telemetry(config.telemetry, stats, lambda: deja.gauges()),
+        telemetry=Telemetry(config.telemetry, stats, lambda: deja.gauges(), span_exporter),
         ttl=ttl,
         entries=EntryBuilder(config, ttl, thresholds, clock, features),
         lru=lru,

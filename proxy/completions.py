@@ -18,12 +18,13 @@ from core.config import DejaConfig
 from core.errors import DejaError
 from core.ids import IdSequence
 from core.loop_turns import LoopTurns
+from core.tracing import NoopTracer, StageTracer
 from fallback.degrade import Degrader
 from normalize.request import CacheRequest, Route
 from proxy.context import CacheOutcome, RequestContext
 from proxy.entry_builder import asked_logprobs
 from proxy.flight import Flight, FlightRegistry
-from proxy.hit_writer import HitWriter
+from proxy.hit_writer import HitWriter, describe_lookup
 from proxy.request_reader import ReadRequest, RequestReader
 from proxy.responses import (
     FlightWriter,
@@ -55,7 +56,9 @@ class CompletionHandler:
         stats: CacheStats,
         turns: LoopTurns,
         hits: HitWriter,
+        tracer: StageTracer | None = None,
     ) -> None:
+        self._tracer = tracer or NoopTracer()
         self._config = config
         self._turns = turns
         self._reader = reader
@@ -74,14 +77,17 @@ class CompletionHandler:
         self, request: web.Request, route: Route, ctx: RequestContext
     ) -> web.StreamResponse:
         ctx.cache = CacheOutcome.BYPASS  # until a lookup happens
-        read = await self._reader.read(request, route)
+        with self._tracer.span("deja.read"):
+            read = await self._reader.read(request, route)
         creq = read.cache
         ctx.tenant = creq.tenant
         cacheable = route is Route.CHAT or self._config.cache.cache_completions
         outcome = LookupOutcome()
         looked_up = cacheable and read.directives.lookup
         if looked_up:
-            outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
+            with self._tracer.span("deja.lookup") as span:
+                outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
+                describe_lookup(span, outcome)
             if outcome.hit is not None:
                 return await self._serve_hit(request, ctx, read, outcome.hit)
             ctx.cache = CacheOutcome.MISS

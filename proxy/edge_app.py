@@ -30,6 +30,7 @@ from aiohttp import web
 from core.clock import Clock, SystemClock
 from core.config import DejaConfig
 from core.errors import WorkerUnavailable
+from core.tracing import StageTracer
 from normalize.features import NoFeatureSource
 from normalize.fingerprint import TenantHasher
 from normalize.request import Route
@@ -39,11 +40,12 @@ from proxy.app import settle_collector
 from proxy.auth import ClientAuth
 from proxy.context import CONTEXT, RequestContext
 from proxy.edge_report import EdgeReport
-from proxy.hit_writer import HitWriter
+from proxy.hit_writer import HitWriter, describe_lookup
 from proxy.request_body import read_body
 from proxy.request_frame import RequestFrame
 from proxy.request_ledger import RequestLedger
 from proxy.request_reader import RequestReader
+from proxy.telemetry import build_tracer, shutdown_tracer
 from proxy.worker_link import WorkerLink
 from proxy.worker_process import WorkerProcess
 from tiers.base import CacheTier
@@ -69,7 +71,9 @@ class EdgeCompletions:
         service: CacheService,
         hits: HitWriter,
         link: WorkerLink,
+        tracer: StageTracer,
     ) -> None:
+        self._tracer = tracer
         self._cache_completions = config.cache.cache_completions
         self._reader = reader
         self._service = service
@@ -85,11 +89,14 @@ class EdgeCompletions:
     async def handle(
         self, request: web.Request, route: Route, ctx: RequestContext
     ) -> web.StreamResponse:
-        read = await self._reader.read(request, route)
+        with self._tracer.span("deja.read"):
+            read = await self._reader.read(request, route)
         creq = read.cache
         ctx.tenant = creq.tenant
         if (route is Route.CHAT or self._cache_completions) and read.directives.lookup:
-            outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
+            with self._tracer.span("deja.lookup") as span:
+                outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
+                describe_lookup(span, outcome)
             if outcome.hit is not None:
                 return await self._hits.write(request, ctx, creq, outcome.hit)
         return await self._link.forward(request, ctx, read.raw)
@@ -161,13 +168,15 @@ def create_edge_app(
     report = EdgeReport(link, stats, served_enabled=bool(config.admin.token))
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
     ledger = RequestLedger(report, access_log)
+    # The front's spans are its own (a relayed request's stages are the worker's spans).
+    tracer = build_tracer(config.telemetry)
     completions = EdgeCompletions(
-        config, reader, service, HitWriter(config, report, clock, stats), link
+        config, reader, service, HitWriter(config, report, clock, stats), link, tracer
     )
     relay = EdgeRelay(link, ledger, report, config.server.max_passthrough_bytes)
 
     app = web.Application(client_max_size=config.server.max_passthrough_bytes)
-    frame = RequestFrame(app, FrontRecorder(ledger))
+    frame = RequestFrame(app, FrontRecorder(ledger), tracer)
     frame.route("/v1/chat/completions", "chat", completions.chat, methods=["POST"])
     frame.route("/v1/completions", "completions", completions.completions, methods=["POST"])
     frame.route("/healthz", "healthz", relay.healthz, methods=["GET"])
@@ -198,6 +207,7 @@ def create_edge_app(
             await worker.stop(config.server.shutdown_grace_s)
         await link.close()
         await redis.close()
+        shutdown_tracer(tracer)
 
     app.cleanup_ctx.append(lifecycle)
     return app

@@ -14,12 +14,26 @@ from aiohttp import web
 from core.clock import Clock
 from core.config import DejaConfig
 from core.ids import IdSequence
+from core.tracing import SpanNotes
 from normalize.request import CacheRequest
 from proxy.context import CacheOutcome, RequestContext
 from proxy.responses import json_response, new_response_id, write_replay
 from tiers.base import Lookup
 from tiers.feedback import ServedRecord
+from tiers.service import LookupOutcome
 from tiers.stats import CacheStats
+
+
+def describe_lookup(span: SpanNotes, outcome: LookupOutcome) -> None:
+    """What a lookup found, on its span (nothing when tracing is off)."""
+    if not span.is_recording():
+        return
+    span.set_attribute("deja.hit", outcome.hit is not None)
+    if outcome.hit is not None:
+        span.set_attribute("deja.tier", str(outcome.hit.tier))
+        span.set_attribute("deja.match", str(outcome.hit.match))
+    if outcome.stale is not None:
+        span.set_attribute("deja.stale", True)
 
 
 class ServedLog(Protocol):

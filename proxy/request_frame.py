@@ -24,6 +24,7 @@ from aiohttp import web
 
 from core.errors import DejaError, MethodNotAllowed, NotFound
 from core.ids import IdSequence
+from core.tracing import NoopTracer, SpanNotes, StageTracer
 from proxy.context import CONTEXT, CacheOutcome, RequestContext
 from proxy.request_ledger import RequestRecorder
 from proxy.responses import error_response
@@ -51,9 +52,12 @@ class RequestIds:
 
 
 class RequestFrame:
-    def __init__(self, app: web.Application, ledger: RequestRecorder):
+    def __init__(
+        self, app: web.Application, ledger: RequestRecorder, tracer: StageTracer | None = None
+    ):
         self._app = app
         self._ledger = ledger
+        self._tracer = tracer or NoopTracer()
         self._ids = RequestIds()
 
     def route(
@@ -82,26 +86,33 @@ class RequestFrame:
             ctx = RequestContext(self._ids.of(request), label, time.monotonic())
             request[CONTEXT] = ctx
             status = 500
-            try:
-                if not any_method and request.method not in allowed:
-                    response: web.StreamResponse = error_response(
-                        MethodNotAllowed(f"{request.method} is not allowed on {request.path}"), ctx
+            with self._tracer.span(
+                "deja.request", {"http.method": request.method, "deja.route": label}
+            ) as span:
+                try:
+                    if not any_method and request.method not in allowed:
+                        response: web.StreamResponse = error_response(
+                            MethodNotAllowed(f"{request.method} is not allowed on {request.path}"),
+                            ctx,
+                        )
+                        response.headers["Allow"] = ", ".join(sorted(allowed))
+                    else:
+                        try:
+                            response = await handler(request)
+                        except Exception as exc:  # noqa: BLE001 - translated (or re-raised) below
+                            response = _error_response_for(exc, request, ctx)
+                    status = response.status
+                    if not response.prepared:
+                        _stamp(response, ctx)
+                    return response
+                except asyncio.CancelledError:
+                    status = CLIENT_CLOSED
+                    raise
+                finally:
+                    self._ledger.record(
+                        request.method, ctx, status, time.monotonic() - ctx.started_s
                     )
-                    response.headers["Allow"] = ", ".join(sorted(allowed))
-                else:
-                    try:
-                        response = await handler(request)
-                    except Exception as exc:  # noqa: BLE001 - translated (or re-raised) below
-                        response = _error_response_for(exc, request, ctx)
-                status = response.status
-                if not response.prepared:
-                    _stamp(response, ctx)
-                return response
-            except asyncio.CancelledError:
-                status = CLIENT_CLOSED
-                raise
-            finally:
-                self._ledger.record(request.method, ctx, status, time.monotonic() - ctx.started_s)
+                    _describe(span, ctx, status)
 
         return framed
 
@@ -130,6 +141,26 @@ def _error_response_for(
         exc_info=exc,
     )
     return error_response(DejaError("internal error; see the proxy's log for this request id"), ctx)
+
+
+def _describe(span: SpanNotes, ctx: RequestContext, status: int) -> None:
+    """What happened to the request, on its span (nothing when tracing is off)."""
+    if not span.is_recording():
+        return
+    span.set_attribute("http.status_code", status)
+    span.set_attribute("deja.request_id", ctx.request_id)
+    for key, value in (
+        ("deja.cache", ctx.cache),
+        ("deja.tier", ctx.tier),
+        ("deja.match", ctx.match),
+        ("deja.similarity", ctx.similarity),
+        ("deja.degraded", ctx.degraded),
+        ("deja.entry", ctx.entry_id),
+    ):
+        if value is not None:
+            span.set_attribute(key, str(value) if key == "deja.cache" else value)
+    if ctx.coalesced:
+        span.set_attribute("deja.coalesced", True)
 
 
 def _stamp(response: web.StreamResponse, ctx: RequestContext) -> None:

@@ -8,21 +8,26 @@ registry and its own tracer provider (nothing global), so tests can build many a
 from __future__ import annotations
 
 import bisect
-import contextlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+)
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from core.config import TelemetryConfig
 from core.errors import ConfigError
-from core.tracing import NoopTracer, StageTracer
+from core.tracing import AttributeValue, NoopTracer, SpanNotes, StageTracer
 from tiers.stats import CacheStats
 
 GaugeSource = Callable[[], Mapping[str, float]]
@@ -51,21 +56,26 @@ class OTelTracer:
         self._provider = provider
         self._tracer = provider.get_tracer("deja")
 
-    @contextlib.contextmanager
     def span(
-        self, name: str, attributes: Mapping[str, str | int | float | bool] | None = None
-    ) -> Iterator[None]:
-        with self._tracer.start_as_current_span(name, attributes=dict(attributes or {})):
-            yield
+        self, name: str, attributes: Mapping[str, AttributeValue] | None = None
+    ) -> AbstractContextManager[SpanNotes]:
+        # The OpenTelemetry span itself: it takes attributes, records an exception that
+        # escapes it, and is the parent of the spans opened inside it (contextvars, so a
+        # task started inside inherits it).
+        return self._tracer.start_as_current_span(name, attributes=dict(attributes or {}))
 
     def shutdown(self) -> None:
         self._provider.shutdown()
 
 
-def build_tracer(config: TelemetryConfig) -> StageTracer:
+def build_tracer(config: TelemetryConfig, exporter: SpanExporter | None = None) -> StageTracer:
+    """The tracer `config` asks for; with `exporter` (tests), spans go there as they end."""
+    if exporter is not None:
+        provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        return OTelTracer(provider)
     if config.traces == "none":
         return NoopTracer()
-    exporter: SpanExporter
     if config.traces == "console":
         exporter = ConsoleSpanExporter(out=sys.stderr)
     else:
@@ -189,9 +199,15 @@ class RequestMetrics(Collector):
 
 
 class Telemetry:
-    def __init__(self, config: TelemetryConfig, stats: CacheStats, gauges: GaugeSource) -> None:
+    def __init__(
+        self,
+        config: TelemetryConfig,
+        stats: CacheStats,
+        gauges: GaugeSource,
+        span_exporter: SpanExporter | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
-        self.tracer = build_tracer(config)
+        self.tracer = build_tracer(config, span_exporter)
         self._requests = RequestMetrics()
         self.registry.register(self._requests)
         self.registry.register(_StatsCollector(stats, gauges))
@@ -203,5 +219,10 @@ class Telemetry:
         return generate_latest(self.registry)
 
     def shutdown(self) -> None:
-        if isinstance(self.tracer, OTelTracer):
-            self.tracer.shutdown()
+        shutdown_tracer(self.tracer)
+
+
+def shutdown_tracer(tracer: StageTracer) -> None:
+    """Export what is buffered and stop (at shutdown)."""
+    if isinstance(tracer, OTelTracer):
+        tracer.shutdown()

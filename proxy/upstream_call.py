@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from core.loop_turns import LoopTurns
+from core.tracing import NoopTracer, StageTracer
 from normalize.features import PromptFeatures
 from normalize.request import CacheRequest
 from proxy.entry_builder import EntryBuilder
@@ -51,8 +52,10 @@ class UpstreamCaller:
         stats: CacheStats,
         store_turns: LoopTurns,
         upstream_turns: LoopTurns,
+        tracer: StageTracer | None = None,
     ) -> None:
         self._gate = gate
+        self._tracer = tracer or NoopTracer()
         self._store_turns = store_turns
         self._upstream_turns = upstream_turns
         self._service = service
@@ -61,24 +64,30 @@ class UpstreamCaller:
 
     async def run(self, flight: Flight, plan: CallPlan) -> None:
         """The body of a flight's task (see FlightRegistry.start)."""
-        async with self._gate.admitted():
-            # Building and sending the upstream request is a step of the miss's own: it waits
-            # for a turn, so that the hits that are ready go first (core/loop_turns.py).
-            await self._upstream_turns.take()
-            response = await self._gate.open(plan.upstream)
-            if plan.plain_upstream is not None and response.status in (400, 422):
-                # Some upstreams refuse logprobs (or refuse them with tools): ask as the
-                # client asked, and give up on certainty figures for this answer.
-                response.release()
-                plan = replace(
-                    plan, upstream=plan.plain_upstream, added_logprobs=False, plain_upstream=None
-                )
-                flight.added_logprobs = False
+        with self._tracer.span("deja.upstream", {"deja.stream": flight.stream}) as span:
+            async with self._gate.admitted():
+                # Building and sending the upstream request is a step of the miss's own: it
+                # waits for a turn, so that the hits that are ready go first
+                # (core/loop_turns.py).
+                await self._upstream_turns.take()
                 response = await self._gate.open(plan.upstream)
-            try:
-                completion = await self._relay(flight, plan, response)
-            finally:
-                response.release()
+                if plan.plain_upstream is not None and response.status in (400, 422):
+                    # Some upstreams refuse logprobs (or refuse them with tools): ask as the
+                    # client asked, and give up on certainty figures for this answer.
+                    response.release()
+                    plan = replace(
+                        plan,
+                        upstream=plan.plain_upstream,
+                        added_logprobs=False,
+                        plain_upstream=None,
+                    )
+                    flight.added_logprobs = False
+                    response = await self._gate.open(plan.upstream)
+                span.set_attribute("http.status_code", response.status)
+                try:
+                    completion = await self._relay(flight, plan, response)
+                finally:
+                    response.release()
         if completion is not None:
             await self._store(
                 flight.entry_id,
@@ -158,6 +167,20 @@ class UpstreamCaller:
         return True
 
     async def _store(
+        self,
+        entry_id: str,
+        request: CacheRequest,
+        features: PromptFeatures,
+        completion: dict[str, Any],
+        ttl_cap_s: float | None,
+        strip_logprobs: bool,
+    ) -> None:
+        with self._tracer.span("deja.store", {"deja.entry": entry_id}):
+            await self._store_steps(
+                entry_id, request, features, completion, ttl_cap_s, strip_logprobs
+            )
+
+    async def _store_steps(
         self,
         entry_id: str,
         request: CacheRequest,
