@@ -175,40 +175,27 @@ class UpstreamCaller:
         ttl_cap_s: float | None,
         strip_logprobs: bool,
     ) -> None:
-        with self._tracer.span("deja.store", {"deja.entry": entry_id}):
-            await self._store_steps(
-                entry_id, request, features, completion, ttl_cap_s, strip_logprobs
-            )
-
-    async def _store_steps(
-        self,
-        entry_id: str,
-        request: CacheRequest,
-        features: PromptFeatures,
-        completion: dict[str, Any],
-        ttl_cap_s: float | None,
-        strip_logprobs: bool,
-    ) -> None:
         # The waiters have their answer; storing is background work, spread out: one store
         # step per loop iteration (core/loop_turns.py), before building the entry and again
         # before writing it.
-        await self._store_turns.take()
-        entry = await self._entries.build(
-            entry_id,
-            request,
-            completion,
-            features,
-            ttl_cap_s,
-            strip_logprobs,
-        )
-        if entry is None:
-            self._stats.not_stored["too_large"] += 1
-            return
-        await self._store_turns.take()
-        await self._service.store(entry)
-        answer = await self._entries.answer_vector(entry, completion)
-        if answer is not None:
-            await self._service.attach_answer_vector(entry.entry_id, answer)
+        with self._tracer.span("deja.store", {"deja.entry": entry_id}):
+            await self._store_turns.take()
+            entry = await self._entries.build(
+                entry_id,
+                request,
+                completion,
+                features,
+                ttl_cap_s,
+                strip_logprobs,
+            )
+            if entry is None:
+                self._stats.not_stored["too_large"] += 1
+                return
+            await self._store_turns.take()
+            await self._service.store(entry)
+            answer = await self._entries.answer_vector(entry, completion)
+            if answer is not None:
+                await self._service.attach_answer_vector(entry.entry_id, answer)
 
 
 def _finish_reasons(completion: dict[str, Any]) -> list[Any]:
