@@ -70,13 +70,12 @@ class OTelTracer:
 
 def build_tracer(config: TelemetryConfig, exporter: SpanExporter | None = None) -> StageTracer:
     """The tracer `config` asks for; with `exporter` (tests), spans go there as they end."""
+    processor: type[SimpleSpanProcessor] | type[BatchSpanProcessor] = BatchSpanProcessor
     if exporter is not None:
-        provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        return OTelTracer(provider)
-    if config.traces == "none":
+        processor = SimpleSpanProcessor
+    elif config.traces == "none":
         return NoopTracer()
-    if config.traces == "console":
+    elif config.traces == "console":
         exporter = ConsoleSpanExporter(out=sys.stderr)
     else:
         if not config.otlp_endpoint:
@@ -90,7 +89,7 @@ def build_tracer(config: TelemetryConfig, exporter: SpanExporter | None = None) 
             ) from exc
         exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint)
     provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    provider.add_span_processor(processor(exporter))
     return OTelTracer(provider)
 
 
