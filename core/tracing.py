@@ -4,7 +4,7 @@ Only the telemetry module imports OpenTelemetry. The core sees this Protocol and
 is off, `NoopTracer` (the "off" object), so no stage tests a flag. A span is a context manager
 whose value takes attributes known only at its end (the cache outcome, the status).
 
-The stages (docs/architecture.md, "Spans"): `deja.request` around every request, with
+The stages (docs/architecture.md, "Spans per stage"): `deja.request` around every request, with
 `deja.read`, `deja.lookup`, `deja.upstream` and `deja.store` inside it.
 """
 

@@ -86,9 +86,7 @@ class RequestFrame:
             ctx = RequestContext(self._ids.of(request), label, time.monotonic())
             request[CONTEXT] = ctx
             status = 500
-            with self._tracer.span(
-                "deja.request", {"http.method": request.method, "deja.route": label}
-            ) as span:
+            with self._tracer.span("deja.request") as span:
                 try:
                     if not any_method and request.method not in allowed:
                         response: web.StreamResponse = error_response(
@@ -112,7 +110,7 @@ class RequestFrame:
                     self._ledger.record(
                         request.method, ctx, status, time.monotonic() - ctx.started_s
                     )
-                    _describe(span, ctx, status)
+                    _describe(span, request.method, ctx, status)
 
         return framed
 
@@ -143,10 +141,13 @@ def _error_response_for(
     return error_response(DejaError("internal error; see the proxy's log for this request id"), ctx)
 
 
-def _describe(span: SpanNotes, ctx: RequestContext, status: int) -> None:
-    """What happened to the request, on its span (nothing when tracing is off)."""
+def _describe(span: SpanNotes, method: str, ctx: RequestContext, status: int) -> None:
+    """The request and what happened to it, on its span, set at its end so that nothing is
+    built for a span that is not recording (tracing off: every request passes here)."""
     if not span.is_recording():
         return
+    span.set_attribute("http.method", method)
+    span.set_attribute("deja.route", ctx.route)
     span.set_attribute("http.status_code", status)
     span.set_attribute("deja.request_id", ctx.request_id)
     for key, value in (
