@@ -16,7 +16,9 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -115,9 +117,6 @@ def _serve(config: DejaConfig, log_level: str) -> int:
 def _serve_edge(config: DejaConfig, log_level: str, args: Sequence[str]) -> int:
     """Edge mode: this process answers exact hits and relays the rest to a worker process
     (proxy/edge_app.py) on a unix socket in a private directory."""
-    import shutil
-    import tempfile
-
     from proxy.edge_app import create_edge_app
     from proxy.worker_link import WorkerLink
     from proxy.worker_process import WorkerProcess
@@ -144,8 +143,6 @@ def _serve_worker(config: DejaConfig, log_level: str, socket_path: str) -> int:
     _run(create_app(config, edge_worker=True), config, path=socket_path)
     if os.getppid() != parent:
         # The front was killed before it could remove the socket's private directory.
-        import shutil
-
         shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)
     return 0
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from typing import Any
 
 import orjson
@@ -151,7 +150,7 @@ def _take_counters(stats: CacheStats) -> dict[str, Any]:
 
 def _add_counters(stats: CacheStats, counters: dict[str, Any]) -> None:
     stats.hits.update({(tier, match): n for tier, match, n in counters["hits"]})
-    stats.tier_errors.update(Counter(counters["tier_errors"]))
+    stats.tier_errors.update(counters["tier_errors"])  # Counter.update adds
     stats.prompt_tokens_saved += counters["prompt_tokens_saved"]
     stats.completion_tokens_saved += counters["completion_tokens_saved"]
     stats.usd_saved += counters["usd_saved"]
