@@ -46,6 +46,7 @@ from quality_metrics import (
     Rates,
     best_recall_at_fpr,
     earlier_neighbours,
+    label_ceiling,
     pair_cosines,
     pair_rates,
     replay_rates,
@@ -155,6 +156,9 @@ def run_pairs(bench: Bench, name: str, pairs: list[Pair], gpt: GptCacheScorer) -
             "bare": best_recall_at_fpr(cos, labels, everything, shipped.fpr).as_dict(),
             "gptcache": best_recall_at_fpr(gpt_scores, labels, everything, shipped.fpr).as_dict(),
         },
+        "label_ceiling": label_ceiling(
+            [(p.a, p.b) for p in pairs], cos, labels, allowed["shipped"], MAX_FPR
+        ),
     }
 
 

@@ -93,6 +93,49 @@ def best_recall_at_fpr(
     return pair_rates(scores, labels, allowed, threshold)
 
 
+def label_ceiling(
+    texts: Sequence[tuple[str, str]],
+    scores: FloatArray,
+    labels: npt.NDArray[np.int_],
+    allowed: BoolArray,
+    max_fpr: float,
+) -> dict[str, Any]:
+    """How far the labels themselves let any hit rule go at FPR ≤ max_fpr.
+
+    - `identical` / `near_identical`: pairs whose texts are equal once case, spacing and
+      punctuation are ignored, and pairs at cosine ≥ 0.99: the share labelled duplicate is the
+      precision even a perfect reader of meaning gets on them (label noise).
+    - `never_block_duplicates`: the best recall at max_fpr if the guards kept every block of a
+      non-duplicate but never blocked a duplicate: no change to the guards can beat it.
+    - `needed_precision`: the precision the hits must have for twice the bare threshold's recall
+      within the false-positive budget.
+    """
+    identical = np.array([_canonical(a) == _canonical(b) for a, b in texts], dtype=bool)
+    near = scores >= 0.99
+    bare = best_recall_at_fpr(scores, labels, np.ones(len(labels), dtype=bool), max_fpr)
+    budget = int(np.floor(max_fpr * int(np.sum(labels == 0))))
+    needed_right = 2 * bare.right
+    return {
+        "identical": _labelled_share(labels, identical),
+        "near_identical": _labelled_share(labels, near),
+        "never_block_duplicates": best_recall_at_fpr(
+            scores, labels, allowed | (labels == 1), max_fpr
+        ).as_dict(),
+        "needed_recall": 2 * bare.recall,
+        "needed_precision": needed_right / (needed_right + budget) if needed_right else 0.0,
+    }
+
+
+def _canonical(text: str) -> str:
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in text.casefold()).split())
+
+
+def _labelled_share(labels: npt.NDArray[np.int_], mask: BoolArray) -> dict[str, Any]:
+    pairs = int(np.sum(mask))
+    duplicates = int(np.sum(labels[mask] == 1))
+    return {"pairs": pairs, "duplicates": duplicates, "share": duplicates / pairs if pairs else 0.0}
+
+
 # --- workloads -------------------------------------------------------------------------------
 
 

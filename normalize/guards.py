@@ -15,9 +15,11 @@ the author of X?"). It compares what actually differs between the two questions:
 - roles, over the content words both texts share (aligned words):
   · a slot (role of a head) changes hands: held by A (not B) in one text and by B (not A) in
     the other, as in "Germany beat Brazil" / "Brazil beat Germany", "from X to Y" / "from Y to
-    X", "in 1999 … in 2001" / "in 2001 … in 1999";
+    X", "in 1999 … in 2001" / "in 2001 … in 1999"; a copula's subject and complement are one
+    slot ("Which is the best X?" / "Which X is best?");
   · an aligned word holds two different argument roles of the same head ("Who did Germany
-    beat?" / "Who beat Germany?");
+    beat?" / "Who beat Germany?"); a move between the prepositions paraphrases trade (of, for,
+    in/at/on, about, with, by: "books on / about X") is a rewording, not a new role;
   · a head–dependent relation between two aligned nouns is inverted ("USD to EUR" parsed as
     USD → EUR, "EUR to USD" as EUR → USD);
   · an aligned noun or adjective left every head it had for another head both texts have, in
@@ -253,8 +255,16 @@ def _parsed_roles(query: Analysis, cached: Analysis) -> str | None:
 def _holders(facts: list[RoleFact]) -> dict[tuple[str, str], set[str]]:
     holders: dict[tuple[str, str], set[str]] = defaultdict(set)
     for f in facts:
-        holders[(f.role, f.head)].add(f.item)
+        holders[(_slot_role(f), f.head)].add(f.item)
     return holders
+
+
+def _slot_role(fact: RoleFact) -> str:
+    # A copula's subject and complement are one slot: "Which is the best institute?" and
+    # "Which institute is best?" fill it with the same words, parsed the other way round.
+    if fact.role in ("subj", "attr") and head_word(fact.head) == "be":
+        return "cop"
+    return fact.role
 
 
 def _slot_changed_hands(fq: list[RoleFact], fc: list[RoleFact]) -> str | None:
@@ -278,10 +288,16 @@ def _argument_roles(facts: list[RoleFact]) -> dict[tuple[str, str], set[str]]:
     return roles
 
 
+# Prepositions that paraphrases trade freely for one another on the same head ("books on / about /
+# for X", "think of / about X", "movies in / of 2017"). A move between two of them is a rewording,
+# not a new role; direction (to, from), comparison (than) and the rest still count.
+_LOOSE_PREPOSITION_ROLES = frozenset({"p:of", "p:for", "p:place", "p:topic", "p:with", "p:by"})
+
+
 def _role_changed(fq: list[RoleFact], fc: list[RoleFact]) -> str | None:
     rq, rc = _argument_roles(fq), _argument_roles(fc)
     for key in sorted(rq.keys() & rc.keys()):
-        if rq[key].isdisjoint(rc[key]):
+        if rq[key].isdisjoint(rc[key]) and not (rq[key] | rc[key]) <= _LOOSE_PREPOSITION_ROLES:
             item, head = key
             return f"role: {item!r} is {sorted(rq[key])} vs {sorted(rc[key])} of {head!r}"
     return None

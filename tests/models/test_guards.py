@@ -78,6 +78,14 @@ def test_each_guard_stops_its_case_and_can_be_switched_off(
             "How do I transfer money to my checking account from my savings account?",
         ),
         ("Can I pay my rent with a credit card in Germany?", "In Germany, can I pay my rent?"),
+        # Prepositions that paraphrases trade on the same head.
+        ("What are the best books on finance?", "What are the best books about finance?"),
+        ("What do people in China think about Modi?", "What do people in China think of Modi?"),
+        # A copula's subject and complement are one slot, whichever way it is parsed.
+        (
+            "Which is the best institute for Android training?",
+            "Which institute is best for Android training?",
+        ),
         (
             "What should I do if my card was stolen while travelling abroad?",
             "If my card was stolen while travelling abroad, what should I do?",
@@ -102,6 +110,26 @@ def test_negation_scope_must_match(analyzer: LemmaAnalyzer, guard: MeaningGuard)
         "I want the blue card but not the red one",
     )
     assert not agree, reason
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # Direction and comparison still count when only the preposition changes.
+        ("Cheap flights from Paris", "Cheap flights to Paris"),
+        ("Is Tom taller than Bob?", "Is Bob taller than Tom?"),
+        # One copula slot, but its holders still may not trade places.
+        ("Is Paris the capital of France?", "Is France the capital of Paris?"),
+        ("Is John the father of Mike?", "Is Mike the father of John?"),
+        ("Is the teacher a student?", "Is the student a teacher?"),
+    ],
+)
+def test_roles_still_stop_direction_comparison_and_copula_swaps(
+    analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str
+) -> None:
+    for query, cached in ((a, b), (b, a)):
+        agree, reason = _verdict(analyzer, guard, query, cached)
+        assert not agree and reason.startswith("role"), reason
 
 
 # (query, cached, the phrases that moved, whether one of them was swapped)
