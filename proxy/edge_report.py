@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import Any
 
 import orjson
@@ -34,6 +35,7 @@ _VERSION = 2
 _log = logging.getLogger("deja.edge")
 
 _Labels = tuple[str, str, int]  # route, cache outcome, status
+_Served = tuple[str, str, str, str | None, float | None]  # request id, entry, tenant, match, sim
 
 
 class EdgeReport:
@@ -53,9 +55,10 @@ class EdgeReport:
         self._served_enabled = served_enabled
         self._interval_s = interval_s
         self._max_pending = max_pending
-        self._observed: dict[_Labels, list[float]] = {}
+        # Deques: past max_pending the oldest go, one at a time, for every new request.
+        self._observed: dict[_Labels, deque[float]] = {}
         self._pending = 0
-        self._served: list[tuple[str, str, str, str | None, float | None]] = []
+        self._served: deque[_Served] = deque()
         self._lock = asyncio.Lock()
         self.dropped = 0
 
@@ -63,7 +66,7 @@ class EdgeReport:
         key = (route, cache, status)
         durations = self._observed.get(key)
         if durations is None:
-            self._observed[key] = durations = []
+            self._observed[key] = durations = deque()
         durations.append(seconds)
         self._pending += 1
         if self._pending > self._max_pending:
@@ -77,7 +80,7 @@ class EdgeReport:
         match = record.match.value if record.match is not None else None
         self._served.append((request_id, record.entry_id, record.tenant, match, record.similarity))
         if len(self._served) > self._max_pending:
-            del self._served[0]
+            self._served.popleft()
             self.dropped += 1
 
     async def run(self) -> None:
@@ -94,13 +97,15 @@ class EdgeReport:
             if not (self._observed or self._served or stats.hits or stats.tier_errors):
                 return
             observed, served = self._observed, self._served
-            self._observed, self._served, self._pending = {}, [], 0
+            self._observed, self._served, self._pending = {}, deque(), 0
             counters = _take_counters(stats)
             payload = orjson.dumps(
                 {
                     "v": _VERSION,
-                    "observed": [[*labels, durations] for labels, durations in observed.items()],
-                    "served": served,
+                    "observed": [
+                        [*labels, list(durations)] for labels, durations in observed.items()
+                    ],
+                    "served": list(served),
                     **counters,
                 }
             )
@@ -112,22 +117,27 @@ class EdgeReport:
 
     def _give_back(
         self,
-        observed: dict[_Labels, list[float]],
-        served: list[tuple[str, str, str, str | None, float | None]],
+        observed: dict[_Labels, deque[float]],
+        served: deque[_Served],
         counters: dict[str, Any],
     ) -> None:
+        # What was taken is older than what came in during the failed post: it goes first.
         for labels, durations in self._observed.items():
-            observed.setdefault(labels, []).extend(durations)
+            observed.setdefault(labels, deque()).extend(durations)
         self._observed = observed
         self._pending = sum(map(len, observed.values()))
-        self._served[:0] = served
+        served.extend(self._served)
+        while len(served) > self._max_pending:
+            served.popleft()
+            self.dropped += 1
+        self._served = served
         _add_counters(self._stats, counters)
         while self._pending > self._max_pending:
             self._drop_oldest()
 
     def _drop_oldest(self) -> None:
         labels = max(self._observed, key=lambda k: len(self._observed[k]))
-        del self._observed[labels][0]
+        self._observed[labels].popleft()
         self._pending -= 1
         self.dropped += 1
 

@@ -122,6 +122,27 @@ async def test_past_max_pending_the_oldest_observations_are_dropped_and_counted(
     assert report.dropped == 2
 
 
+async def test_served_records_stay_bounded_and_oldest_go_first_across_a_failed_report(
+    link: WorkerLink,
+) -> None:
+    front = CacheStats()
+    report = EdgeReport(link, front, served_enabled=True, max_pending=2)
+    served_hit(report, front, "r-1")
+    served_hit(report, front, "r-2")
+    await report.flush()  # nobody listens: both kept
+    served_hit(report, front, "r-3")  # newer than what was given back: r-1 goes
+    worker = Worker(link.socket_path)
+    await worker.start()
+    try:
+        await report.flush()
+        assert worker.served.get("r-1", "t1") is None
+        assert worker.served.get("r-2", "t1") is not None
+        assert worker.served.get("r-3", "t1") is not None
+        assert report.dropped >= 1
+    finally:
+        await worker.close()
+
+
 async def test_a_report_of_another_version_is_refused(link: WorkerLink) -> None:
     worker = Worker(link.socket_path)
     await worker.start()
