@@ -18,8 +18,8 @@ the author of X?"). It compares what actually differs between the two questions:
     X", "in 1999 … in 2001" / "in 2001 … in 1999"; a copula's subject and complement are one
     slot ("Which is the best X?" / "Which X is best?");
   · an aligned word holds two different argument roles of the same head ("Who did Germany
-    beat?" / "Who beat Germany?"); a move between the prepositions paraphrases trade (of, for,
-    in/at/on, about, with, by: "books on / about X") is a rewording, not a new role;
+    beat?" / "Who beat Germany?"); a move between the prepositions paraphrases trade (of,
+    in/at/on, about: "books on / about X") is a rewording, not a new role;
   · a head–dependent relation between two aligned nouns is inverted ("USD to EUR" parsed as
     USD → EUR, "EUR to USD" as EUR → USD);
   · an aligned noun or adjective left every head it had for another head both texts have, in
@@ -288,10 +288,11 @@ def _argument_roles(facts: list[RoleFact]) -> dict[tuple[str, str], set[str]]:
     return roles
 
 
-# Prepositions that paraphrases trade freely for one another on the same head ("books on / about /
-# for X", "think of / about X", "movies in / of 2017"). A move between two of them is a rewording,
-# not a new role; direction (to, from), comparison (than) and the rest still count.
-_LOOSE_PREPOSITION_ROLES = frozenset({"p:of", "p:for", "p:place", "p:topic", "p:with", "p:by"})
+# Prepositions that paraphrases trade freely for one another on the same head ("books on / about
+# X", "think of / about X", "movies in / of 2017"). A move between two of them is a rewording, not
+# a new role. The rest still count: direction (to, from), comparison (than), and the creator, the
+# company and the audience ("books by / with / for X" ask other questions than "books about X").
+_LOOSE_PREPOSITION_ROLES = frozenset({"p:of", "p:place", "p:topic"})
 
 
 def _role_changed(fq: list[RoleFact], fc: list[RoleFact]) -> str | None:

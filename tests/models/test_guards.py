@@ -115,16 +115,20 @@ def test_negation_scope_must_match(analyzer: LemmaAnalyzer, guard: MeaningGuard)
 @pytest.mark.parametrize(
     ("a", "b"),
     [
-        # Direction and comparison still count when only the preposition changes.
+        # Direction, comparison, creator, company and audience still count when only the
+        # preposition changes.
         ("Cheap flights from Paris", "Cheap flights to Paris"),
         ("Is Tom taller than Bob?", "Is Bob taller than Tom?"),
+        ("Recommend books by Tolkien", "Recommend books about Tolkien"),
+        ("What are the best movies with Tom Hanks?", "What are the best movies about Tom Hanks?"),
+        ("What are good books for kids?", "What are good books about kids?"),
         # One copula slot, but its holders still may not trade places.
         ("Is Paris the capital of France?", "Is France the capital of Paris?"),
         ("Is John the father of Mike?", "Is Mike the father of John?"),
         ("Is the teacher a student?", "Is the student a teacher?"),
     ],
 )
-def test_roles_still_stop_direction_comparison_and_copula_swaps(
+def test_roles_still_stop_prepositions_that_change_the_question_and_copula_swaps(
     analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str
 ) -> None:
     for query, cached in ((a, b), (b, a)):
