@@ -40,8 +40,9 @@ def _holders(facts: list[RoleFact]) -> dict[tuple[str, str], set[str]]:
 
 
 def _slot_role(fact: RoleFact) -> str:
-    # A copula's subject and complement are one slot: "Which is the best institute?" and
-    # "Which institute is best?" fill it with the same words, parsed the other way round.
+    # A copula's subject and complement are one slot and one role: "Which is the best
+    # institute?" and "Which institute is best?" fill it with the same words, parsed the other
+    # way round; "What is X?" asks the same as "X is what?".
     if fact.role in ("subj", "attr") and head_word(fact.head) == "be":
         return "cop"
     return fact.role
@@ -61,10 +62,7 @@ def _argument_roles(facts: list[RoleFact]) -> dict[tuple[str, str], set[str]]:
     roles: dict[tuple[str, str], set[str]] = defaultdict(set)
     for f in facts:
         if is_argument_role(f.role):
-            # A copula's subject and complement are interchangeable ("What is X?").
-            copula = head_word(f.head) == "be" and f.role in ("subj", "attr")
-            role = "cop" if copula else f.role
-            roles[(f.item, f.head)].add(role)
+            roles[(f.item, f.head)].add(_slot_role(f))
     return roles
 
 
@@ -101,8 +99,7 @@ def _headless_roles(facts: list[RoleFact]) -> dict[str, set[str]]:
     roles: dict[str, set[str]] = defaultdict(set)
     for f in facts:
         if is_argument_role(f.role) and f.kind != "p":
-            copula = head_word(f.head) == "be" and f.role in ("subj", "attr")
-            roles[f.item].add("cop" if copula else f.role)
+            roles[f.item].add(_slot_role(f))
     return roles
 
 
