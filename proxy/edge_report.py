@@ -79,9 +79,7 @@ class EdgeReport:
     def remember(self, request_id: str, record: ServedRecord) -> None:
         match = record.match.value if record.match is not None else None
         self._served.append((request_id, record.entry_id, record.tenant, match, record.similarity))
-        if len(self._served) > self._max_pending:
-            self._served.popleft()
-            self.dropped += 1
+        self._trim_served()
 
     async def run(self) -> None:
         """Flush every `interval_s` until cancelled."""
@@ -127,13 +125,16 @@ class EdgeReport:
         self._observed = observed
         self._pending = sum(map(len, observed.values()))
         served.extend(self._served)
-        while len(served) > self._max_pending:
-            served.popleft()
-            self.dropped += 1
         self._served = served
+        self._trim_served()
         _add_counters(self._stats, counters)
         while self._pending > self._max_pending:
             self._drop_oldest()
+
+    def _trim_served(self) -> None:
+        while len(self._served) > self._max_pending:
+            self._served.popleft()
+            self.dropped += 1
 
     def _drop_oldest(self) -> None:
         labels = max(self._observed, key=lambda k: len(self._observed[k]))
