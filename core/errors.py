@@ -6,7 +6,7 @@ per seam: `proxy/upstream.py` for the model server, `tiers/redis_tier.py` for Re
 Expected outcomes (a miss, an expired entry) are return values, never exceptions.
 
 Every error that can reach a client knows its HTTP status and OpenAI error `type`, so the route
-layer turns any of them into `{"error": {"message", "type", "code"}}` the same way.
+layer turns any of them into `{"error": {"message", "type", "code", "param"}}` the same way.
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ class DejaError(Exception):
     status: int = 500
     error_type: str = "server_error"
     code: str | None = None
+    # The request parameter at fault, as OpenAI names it (`messages[0].content`), or None.
+    param: str | None = None
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        if param is not None:
+            self.param = param
 
 
 class ConfigError(DejaError):

@@ -48,7 +48,7 @@ def error_payload(error: DejaError) -> bytes:
                 "message": error.message,
                 "type": error.error_type,
                 "code": error.code,
-                "param": None,
+                "param": error.param,
             }
         }
     )

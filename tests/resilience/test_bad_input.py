@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -231,3 +232,105 @@ async def test_any_body_gets_an_answer_or_an_error_object(url: str, path: str, d
         # The proxy is still there for the next request: nothing it got killed it.
         async with s.get(url + "/healthz") as health:
             assert health.status == 200
+
+
+def chat_body(*messages: dict[str, Any]) -> bytes:
+    return json.dumps({"model": "m", "messages": list(messages)}).encode()
+
+
+USER_HI = {"role": "user", "content": "hi"}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+# Each a turn missing what its role needs (OpenAI's API reference), and the parameter the 400
+# must name: a lenient upstream would answer these, and the answer would be stored.
+MISSING_FIELDS: list[tuple[str, bytes, str]] = [
+    ("user-no-content", chat_body({"role": "user"}), "messages[0].content"),
+    ("user-null-content", chat_body({"role": "user", "content": None}), "messages[0].content"),
+    ("system-no-content", chat_body({"role": "system"}, USER_HI), "messages[0].content"),
+    ("developer-no-content", chat_body({"role": "developer"}, USER_HI), "messages[0].content"),
+    ("assistant-empty", chat_body(USER_HI, {"role": "assistant"}, USER_HI), "messages[1].content"),
+    (
+        "assistant-empty-tool-calls",
+        chat_body(USER_HI, {"role": "assistant", "content": None, "tool_calls": []}, USER_HI),
+        "messages[1].tool_calls",
+    ),
+    (
+        "tool-no-call-id",
+        chat_body(
+            USER_HI, {"role": "assistant", "tool_calls": [CALL]}, {"role": "tool", "content": "1"}
+        ),
+        "messages[2].tool_call_id",
+    ),
+    (
+        "tool-call-id-number",
+        chat_body(USER_HI, {"role": "tool", "content": "1", "tool_call_id": 7}),
+        "messages[1].tool_call_id",
+    ),
+    (
+        "tool-no-content",
+        chat_body(USER_HI, {"role": "tool", "tool_call_id": "c1"}),
+        "messages[1].content",
+    ),
+    (
+        "function-no-name",
+        chat_body(USER_HI, {"role": "function", "content": "1"}),
+        "messages[1].name",
+    ),
+    ("name-number", chat_body({"role": "user", "content": "hi", "name": 3}), "messages[0].name"),
+    ("content-empty-array", chat_body({"role": "user", "content": []}), "messages[0].content"),
+    (
+        "text-part-no-text",
+        chat_body({"role": "user", "content": [{"type": "text"}]}),
+        "messages[0].content[0].text",
+    ),
+    ("role-missing", chat_body({"content": "hi"}), "messages[0].role"),
+    ("model-missing", b"{" + USER + b"}", "model"),
+    ("messages-missing", b'{"model": "m"}', "messages"),
+]
+
+
+@pytest.mark.parametrize(
+    "data,param", [(b, p) for _, b, p in MISSING_FIELDS], ids=[n for n, _, _ in MISSING_FIELDS]
+)
+async def test_turns_missing_a_required_field_get_400_naming_it(
+    url: str, stub: StubUpstream, data: bytes, param: str
+) -> None:
+    async with aiohttp.ClientSession() as s:
+        reply = await send(s, url + CHAT, data)
+    assert reply.status == 400, reply.raw
+    assert_answered_or_refused(reply, CHAT)
+    assert reply.json()["error"]["param"] == param
+    assert stub.completion_calls() == 0
+
+
+VALID_TURNS: list[tuple[str, bytes]] = [
+    ("assistant-tool-calls", chat_body(USER_HI, {"role": "assistant", "tool_calls": [CALL]},
+                                       {"role": "tool", "content": "1", "tool_call_id": "c1"})),
+    ("assistant-legacy-function-call",
+     chat_body(USER_HI, {"role": "assistant", "content": None,
+                         "function_call": {"name": "f", "arguments": "{}"}},
+               {"role": "function", "name": "f", "content": "1"})),
+    ("empty-string-content", chat_body({"role": "system", "content": ""}, USER_HI)),
+    # Part types Deja does not know are the upstream's to judge (vLLM adds its own).
+    ("unknown-part-type", chat_body({"role": "user", "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "video_url", "video_url": {"url": "x"}}]})),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("data", [b for _, b in VALID_TURNS], ids=[n for n, _ in VALID_TURNS])
+async def test_turns_with_their_required_fields_reach_the_upstream(
+    url: str, stub: StubUpstream, data: bytes
+) -> None:
+    async with aiohttp.ClientSession() as s:
+        reply = await send(s, url + CHAT, data)
+    assert reply.status == 200, reply.raw
+    assert stub.completion_calls() == 1
+
+
+async def test_errors_name_the_parameter_of_a_wrong_type(url: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        n_bool = await send(s, url + CHAT, with_user(b'"n": true'))
+        part = await send(s, url + CHAT, chat_body({"role": "user", "content": ["hi"]}))
+    assert n_bool.json()["error"]["param"] == "n"
+    assert part.json()["error"]["param"] == "messages[0].content[0]"
