@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -39,18 +39,35 @@ DEV_TENANT_SECRET = "deja-development-tenant-secret"
 
 
 class TenantHasher:
-    """Turns an API key into a tenant id with a keyed hash, so ids reveal nothing of the key."""
+    """Turns the credentials a request carries into a tenant id with a keyed hash, so ids
+    reveal nothing of the keys (the rule: README, "Authentication")."""
 
     def __init__(self, secret: str, share_across_tenants: bool = False) -> None:
         self._secret = (secret or DEV_TENANT_SECRET).encode()
         self._shared = share_across_tenants
 
-    def tenant_of(self, api_key: str | None) -> str:
+    def tenant_of_credentials(self, credentials: Iterable[tuple[str, str]]) -> str:
+        """The tenant of every (header name, value) a request carries. Names are compared
+        lower-cased and the pairs sorted, so case and order do not matter; every name and
+        value is length-prefixed, so no two different sets hash the same material. None at
+        all is the anonymous tenant, which no keyed tenant can be (32 hex digits)."""
         if self._shared:
             return SHARED_TENANT
-        if not api_key:
+        pairs = sorted(
+            (name.lower().encode("utf-8", "surrogatepass"), value.encode("utf-8", "surrogatepass"))
+            for name, value in credentials
+        )
+        if not pairs:
             return ANONYMOUS_TENANT
-        return hmac.new(self._secret, api_key.encode(), hashlib.sha256).hexdigest()[:32]
+        material = b"".join(len(part).to_bytes(4, "big") + part for pair in pairs for part in pair)
+        return hmac.digest(self._secret, material, "sha256").hex()[:32]
+
+    def tenant_of(self, api_key: str | None) -> str:
+        """The tenant of a bare API key (warm-up's `api_key`, invalidate's `tenant_key`): it
+        stands for `Authorization: Bearer <key>`, what the OpenAI SDKs send. No key, or an
+        empty one, is the anonymous tenant."""
+        credentials = [("authorization", f"Bearer {api_key}")] if api_key else []
+        return self.tenant_of_credentials(credentials)
 
 
 def canonical_json(value: Any) -> bytes:

@@ -1,16 +1,18 @@
 """The admin REST API under /admin/v1/ (on the proxy's port).
 
 Guarded by a bearer token (`admin.token`), compared in constant time; without one configured
-the whole API answers 404. `POST feedback` also accepts a client's own API key, for entries of
-its own tenant only, so applications can report on answers without the admin token; another
-tenant's entry is answered as not found (nothing about it is revealed).
+the whole API answers 404. `POST feedback` also accepts a client's own credentials, in any form
+a completion request may carry them (proxy/credentials.py), for entries of its own tenant only,
+so applications can report on answers without the admin token; another tenant's entry is
+answered as not found (nothing about it is revealed).
 
     POST   feedback          {"entry_id" | "request_id", "signal": "useful" | "irrelevant" | n}
     GET    entries/{id}      the entry: metadata and the stored completion
     DELETE entries/{id}      delete it from every tier and replica
-    POST   invalidate        {"tenant_key" | "tenant", "namespace", "model"} or {"all": true}
+    POST   invalidate        {"tenant_key" | "tenant_headers" | "tenant", "namespace", "model"}
+                             or {"all": true}
     GET    stats             hits by tier and match, sizes, savings, the false-hit estimate
-    POST   warmup            JSONL of {"request", "response", "namespace"?, "api_key"?}
+    POST   warmup            JSONL of {"request", "response", "namespace"?, "api_key"? | "headers"?}
     GET    openapi.json      this API, described
 """
 
@@ -24,9 +26,9 @@ import orjson
 from aiohttp import web
 
 from core.errors import AuthenticationFailed, InvalidRequest, NotFound
-from normalize.fingerprint import TenantHasher
 from proxy.auth import ClientAuth, bearer_token
 from proxy.components import Deja
+from proxy.credentials import CredentialRule
 from proxy.openapi import admin_openapi
 from proxy.request_body import parse_json_object
 from proxy.request_frame import RequestFrame
@@ -45,7 +47,7 @@ class AdminRoutes:
         feedback: FeedbackService,
         warmup: WarmUp,
         auth: ClientAuth,
-        hasher: TenantHasher,
+        rule: CredentialRule,
     ) -> None:
         assert deja.config.admin.token, "the admin API is only mounted with a token"
         self._deja = deja
@@ -53,7 +55,7 @@ class AdminRoutes:
         self._feedback = feedback
         self._warmup = warmup
         self._auth = auth
-        self._hasher = hasher
+        self._rule = rule
 
     def register(self, frame: RequestFrame) -> None:
         frame.route(f"{PREFIX}/feedback", "admin", self.feedback, methods=["POST"])
@@ -76,15 +78,14 @@ class AdminRoutes:
             raise AuthenticationFailed("the admin API needs 'Authorization: Bearer <admin token>'")
 
     def _caller_tenant(self, request: web.Request) -> str | None:
-        """None for the admin; else the tenant of the client key presented (401 without one)."""
+        """None for the admin; else the tenant of the client's credentials, read and checked
+        as on a completion request (401 without any)."""
         if self._is_admin(request):
             return None
-        key = bearer_token(request.headers)
-        if key is None:
-            raise AuthenticationFailed("send the admin token or your own API key as a bearer token")
-        if self._deja.config.proxy.api_keys and not self._auth.is_known(key):
-            raise AuthenticationFailed("the API key is not valid for this proxy")
-        return self._hasher.tenant_of(key)
+        credentials = self._auth.credentials(request.headers)
+        if not credentials:
+            raise AuthenticationFailed("send the admin token or your own API key")
+        return self._rule.tenant(credentials)
 
     # --- routes ------------------------------------------------------------------------------
 
@@ -202,19 +203,20 @@ class AdminRoutes:
         for name in ("tenant_key", "tenant", "namespace", "model"):
             if name in body and not isinstance(body[name], str):
                 raise InvalidRequest(f"'{name}' must be a string")
-        if "tenant_key" in body and "tenant" in body:
-            raise InvalidRequest("give 'tenant_key' or 'tenant', not both")
-        tenant = (
-            self._hasher.tenant_of(body["tenant_key"])
-            if "tenant_key" in body
-            else body.get("tenant")
-        )
+        named = [name for name in ("tenant_key", "tenant_headers", "tenant") if name in body]
+        if len(named) > 1:
+            raise InvalidRequest(f"give one of {', '.join(repr(n) for n in named)}, not several")
+        tenant = body.get("tenant")
+        if "tenant_key" in body:
+            tenant = self._rule.tenant_of_key(body["tenant_key"])
+        elif "tenant_headers" in body:
+            tenant = self._rule.tenant(self._rule.named(body["tenant_headers"], "tenant_headers"))
         selector = Invalidation(
             tenant=tenant, namespace=body.get("namespace"), model=body.get("model")
         )
         if selector == Invalidation():
             raise InvalidRequest(
-                "name what to invalidate (tenant_key, tenant, namespace, model)"
+                "name what to invalidate (tenant_key, tenant_headers, tenant, namespace, model)"
                 ' or send {"all": true}'
             )
         return selector

@@ -32,13 +32,13 @@ from core.config import DejaConfig
 from core.errors import WorkerUnavailable
 from core.tracing import StageTracer
 from normalize.features import NoFeatureSource
-from normalize.fingerprint import TenantHasher
 from normalize.request import Route
 from normalize.screen import PromptScreen
 from proxy.access_log import AccessLog, NoAccessLog
 from proxy.app import settle_collector
 from proxy.auth import ClientAuth
 from proxy.context import CONTEXT, RequestContext
+from proxy.credentials import CredentialRule
 from proxy.edge_report import EdgeReport
 from proxy.hit_writer import HitWriter, describe_lookup
 from proxy.request_body import read_body
@@ -161,10 +161,10 @@ def create_edge_app(
     replication = StreamReplication(
         redis, redis_tier, config.redis, local, NullSemanticIndex(), indexes=False
     )
-    auth = ClientAuth(config.proxy, config.upstream)
-    hasher = TenantHasher(config.cache.tenant_secret, config.cache.share_across_tenants)
+    credential_rule = CredentialRule(config.proxy, config.cache)
+    auth = ClientAuth(config.proxy, config.upstream, credential_rule)
     screen = PromptScreen(config.guardrails.injection_patterns)
-    reader = RequestReader(config, auth, hasher, screen, NoFeatureSource())
+    reader = RequestReader(config, auth, credential_rule, screen, NoFeatureSource())
     report = EdgeReport(link, stats, served_enabled=bool(config.admin.token))
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
     ledger = RequestLedger(report, access_log)

@@ -1,7 +1,8 @@
 """From an HTTP request to what the cache needs: body, directives, tenant, keys, features.
 
 Authentication comes first (a refused client costs no parsing); then the body is read within
-its size limit and validated, the cache-control headers parsed, and the request fingerprinted.
+its size limit and validated, the cache-control headers parsed, and the request fingerprinted
+under the tenant of its credential headers (proxy/credentials.py).
 Prompts that look like injection attempts are marked: never stored, never matched loosely.
 """
 
@@ -16,10 +17,11 @@ from aiohttp import web
 
 from core.config import DejaConfig
 from normalize.features import FeatureSource, PromptFeatures
-from normalize.fingerprint import TenantHasher, fingerprint
+from normalize.fingerprint import fingerprint
 from normalize.request import CacheRequest, Route
 from normalize.screen import PromptScreen
 from proxy.auth import ClientAuth
+from proxy.credentials import CredentialRule, Credentials
 from proxy.directives import (
     NAMESPACE_HEADER,
     STORE_TTL_HEADER,
@@ -27,11 +29,11 @@ from proxy.directives import (
     parse_directives,
 )
 from proxy.request_body import parse_json_object, read_body, validate
-from proxy.upstream import UpstreamRequest, forward_headers
+from proxy.upstream import UpstreamRequest
 
 UPSTREAM_PATHS = {Route.CHAT: "chat/completions", Route.COMPLETIONS: "completions"}
-# Client headers that are Deja's business, not the upstream's.
-_NOT_FORWARDED = frozenset({"authorization", "cache-control", "accept-encoding", "content-type"})
+# Client headers that are Deja's business, not the upstream's (credentials: ClientAuth's).
+_NOT_FORWARDED = frozenset({"cache-control", "accept-encoding", "content-type"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +51,8 @@ class ReadRequest:
     def upstream_request(self, payload: dict[str, Any]) -> UpstreamRequest:
         """A call carrying `payload` on this request's behalf (its headers, its auth). Built
         only when needed: a hit never pays for it."""
-        headers = forward_headers(self.client_headers, drop=_NOT_FORWARDED)
+        headers = self.auth.upstream_headers(self.client_headers, _NOT_FORWARDED)
         headers.append(("Content-Type", "application/json"))
-        authorization = self.auth.upstream_authorization(self.client_headers)
-        if authorization:
-            headers.append(("Authorization", authorization))
         path = UPSTREAM_PATHS[self.cache.route]
         return UpstreamRequest("POST", path, tuple(headers), orjson.dumps(payload))
 
@@ -75,33 +74,33 @@ class RequestReader:
         self,
         config: DejaConfig,
         auth: ClientAuth,
-        hasher: TenantHasher,
+        rule: CredentialRule,
         screen: PromptScreen,
         features: FeatureSource,
     ) -> None:
         self._config = config
         self._auth = auth
-        self._hasher = hasher
+        self._rule = rule
         self._screen = screen
         self._features = features
         self._recent: dict[tuple[object, ...], _Parsed] = {}
 
     async def read(self, request: web.Request, route: Route) -> ReadRequest:
         headers = request.headers
-        api_key = self._auth.client_key(headers)
+        credentials = self._auth.credentials(headers)
         raw = await read_body(request, self._config.server.max_body_bytes)
         # Everything derived below depends on these and nothing else.
         memo_key = (
             route,
             raw,
-            api_key,
+            credentials,
             headers.get("Cache-Control"),
             headers.get(NAMESPACE_HEADER),
             headers.get(STORE_TTL_HEADER),
         )
         parsed = self._recent.get(memo_key)
         if parsed is None:
-            parsed = self._parse(route, raw, api_key, headers)
+            parsed = self._parse(route, raw, credentials, headers)
             self._remember(memo_key, parsed, len(raw))
         creq = parsed.cache
         features = self._features.for_request(creq, loose_matching=not parsed.suspicious)
@@ -117,12 +116,12 @@ class RequestReader:
         )
 
     def _parse(
-        self, route: Route, raw: bytes, api_key: str | None, headers: Mapping[str, str]
+        self, route: Route, raw: bytes, credentials: Credentials, headers: Mapping[str, str]
     ) -> _Parsed:
         body = parse_json_object(raw)
         validate(route, body, self._config.server.max_messages)
         directives = parse_directives(headers)
-        tenant = self._hasher.tenant_of(api_key)
+        tenant = self._rule.tenant(credentials)
         creq = fingerprint(route, body, tenant, directives.namespace)
         return _Parsed(body, directives, creq, self._screen.suspicious(body))
 

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from core.errors import WorkerUnavailable
 from proxy.context import RequestContext
+from proxy.credentials import spelled_alike
 
 # The host part of the URLs sent over the socket: any name would do.
 _WORKER = "http://deja-worker"
@@ -57,7 +58,10 @@ class WorkerLink:
         self, request: web.Request, ctx: RequestContext, body: bytes
     ) -> web.StreamResponse:
         """`request` (whose body, already read, is `body`) answered by the worker."""
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_SENT]
+        # Credentials arrive as the front read them: the worker derives the same tenant.
+        headers = spelled_alike(
+            (k, v) for k, v in request.headers.items() if k.lower() not in _NOT_SENT
+        )
         headers.append(("X-Request-Id", ctx.request_id))
         try:
             reply = await self._open_session().request(
