@@ -14,9 +14,9 @@ from modelserver.forward_batch import SequenceChunk, build_forward_batch, order_
 from modelserver.kv_cache import KVCache
 from modelserver.model import LlamaModel
 from modelserver.weights import random_weights
+from tests.support.float_tolerance import assert_logits_close
 
 CPU = torch.device("cpu")
-TOLERANCE = 1e-5
 
 
 def reference(arch: LlamaArch, tensors: Mapping[str, torch.Tensor]) -> LlamaForCausalLM:
@@ -70,7 +70,7 @@ def test_full_prefill_matches_the_reference(
     ours = Harness(arch, tensors).run([chunk(ids, 0, range(10))])[0]
 
     expected = reference_logits(reference(arch, tensors), ids)[-1]
-    assert (ours - expected).abs().max().item() <= TOLERANCE
+    assert_logits_close(arch, ours, expected)
 
 
 def test_chunked_prefill_and_decode_match_the_reference_at_every_step(
@@ -88,7 +88,7 @@ def test_chunked_prefill_and_decode_match_the_reference_at_every_step(
         row = harness.run([SequenceChunk(tuple(ids_list[start:end]), start, tuple(blocks), True)])[
             0
         ]
-        assert (row - expected[end - 1]).abs().max().item() <= TOLERANCE, f"at token {end}"
+        assert_logits_close(arch, row, expected[end - 1], f"at token {end}: ")
 
 
 def test_a_batch_of_decodes_and_prefills_matches_each_sequence_alone(
@@ -116,7 +116,7 @@ def test_a_batch_of_decodes_and_prefills_matches_each_sequence_alone(
     )
 
     for row, prompt in zip(rows, [prompts[2], prompts[0], prompts[3], prompts[1]], strict=True):
-        assert (row - reference_logits(hf, prompt)[-1]).abs().max().item() <= TOLERANCE
+        assert_logits_close(arch, row, reference_logits(hf, prompt)[-1])
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ def test_architecture_variants_match_the_reference(variant: dict[str, object]) -
     row = harness.run([chunk(ids, 25, range(10))])[0]
 
     expected = reference_logits(reference(arch, tensors), ids)[-1]
-    assert (row - expected).abs().max().item() <= TOLERANCE
+    assert_logits_close(arch, row, expected)
 
 
 def test_arch_round_trips_through_a_hugging_face_config() -> None:

@@ -24,11 +24,17 @@ from modelserver.sampler import SamplingParams
 from modelserver.tokenizer import ChatMessage
 from modelserver.weights import LoadedModel, load_model, smollm2_gguf_path
 from tests.modelserver.conftest import model_cache_dir
+from tests.support.float_tolerance import (
+    GreedyRun,
+    assert_greedy_agrees,
+    assert_logits_close,
+    logit_tolerance,
+    top_candidates,
+)
 
 pytestmark = pytest.mark.modelserver
 
 CPU = torch.device("cpu")
-LOGITS_TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +78,9 @@ def test_logits_equal_transformers_on_random_prompts(
         with torch.no_grad():
             expected = reference(torch.tensor([token_ids])).logits[0]
 
-        difference = (all_position_logits(ours, token_ids) - expected).abs().max().item()
-
-        assert difference <= LOGITS_TOLERANCE, f"{length} tokens: max |Δlogit| = {difference}"
+        # Not bit for bit: transformers and we sum in other orders (other CPUs in others
+        # still); the bound is float32's over 30 layers of 1536-term sums, at the logits' scale.
+        assert_logits_close(arch, all_position_logits(ours, token_ids), expected, f"{length}: ")
 
 
 def test_greedy_answers_are_identical_cold_cached_batched_and_in_transformers(
@@ -113,18 +119,29 @@ def test_greedy_answers_are_identical_cold_cached_batched_and_in_transformers(
     run("batched", prompt)  # admitted with the others, its prompt chunked across steps
     engine.run_until_idle()
 
-    def tokens(request_id: str) -> list[int]:
-        return [o.token.token_id for o in outputs[request_id] if o.token is not None]
+    def tokens(request_id: str) -> GreedyRun[int]:
+        return GreedyRun([o.token.token_id for o in outputs[request_id] if o.token is not None])
 
     with torch.no_grad():
         generated = reference.generate(
-            torch.tensor([prompt]), max_new_tokens=24, do_sample=False, pad_token_id=2
+            torch.tensor([prompt]),
+            max_new_tokens=24,
+            do_sample=False,
+            pad_token_id=2,
+            output_logits=True,
+            return_dict_in_generate=True,
         )
-    expected = generated[0, len(prompt) :].tolist()
-    assert tokens("cold") == expected
+    step_logits = torch.cat(generated.logits)
+    expected = GreedyRun(
+        generated.sequences[0, len(prompt) :].tolist(),
+        [top_candidates(row) for row in step_logits],
+    )
+    # Cold, cached and batched runs sum over other shapes than transformers: their tokens are
+    # the same except where two candidates are within float32's error of each other.
+    tolerance = logit_tolerance(smollm2.weights.arch, step_logits.abs().max().item())
     assert outputs["cached"][-1].num_cached_tokens == (len(prompt) - 1) // 16 * 16 > 0
-    assert tokens("cached") == expected
-    assert tokens("batched") == expected
+    for request_id in ("cold", "cached", "batched"):
+        assert_greedy_agrees(tokens(request_id), expected, tolerance)
     assert all(block.ref_count == 0 for block in runtime.block_pool.blocks)
 
 
