@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -35,6 +36,7 @@ if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
 
 import torch  # noqa: E402
 
+from modelserver.cli import default_cache_dir  # noqa: E402
 from modelserver.config import DEVICES, DTYPES, ModelServerConfig  # noqa: E402
 from modelserver.engine import Engine, GenerationOutput, GenerationRequest  # noqa: E402
 from modelserver.runtime import Runtime, build_runtime, warm_up  # noqa: E402
@@ -203,7 +205,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--decode-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3, help="TTFT runs (median reported)")
-    parser.add_argument("--cache-dir", type=Path, default=Path("~/.cache/deja/models"))
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(os.environ))
     parser.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
     parser.add_argument(
         "--json", type=Path, default=ROOT / "bench" / "results" / "modelserver.json"

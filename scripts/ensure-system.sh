@@ -4,12 +4,15 @@ set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+# tests/deploy/ validates docker-compose.yml with it; it validates offline, without a daemon.
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 echo "installing ${need[*]} from Debian packages" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq || true
-$sudo apt-get install -y -qq "${need[@]}" >/dev/null
+# No recommends: docker-compose's would pull in docker.io, a whole container runtime.
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # The package's own service is not what the tests use: they start their own on a free port.
 if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now redis-server >/dev/null 2>&1 || true; fi

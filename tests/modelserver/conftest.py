@@ -2,8 +2,9 @@
 
 Tiny random-weight models (`random:tiny`, the SmolLM2 layout at toy size) make scheduler, pool,
 engine and HTTP tests run in seconds. Tests marked `modelserver` load the real SmolLM2 weights:
-their GGUF is converted once into the model cache directory (DEJA_MODEL_CACHE_DIR, else
-~/.cache/deja/models), so only the first run pays for the dequantization.
+their GGUF is converted once into the model server's own cache directory (`default_cache_dir`:
+$DEJA_MODEL_CACHE_DIR, else $XDG_CACHE_HOME/deja/models, else ~/.cache/deja/models), so only the
+first run pays for the dequantization.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from modelserver.cli import default_cache_dir
 from modelserver.config import ModelServerConfig
 from modelserver.runtime import Runtime, build_runtime
 from modelserver.weights import LoadedModel, load_model
@@ -35,7 +37,8 @@ TINY_CONFIG = ModelServerConfig(
 
 
 def model_cache_dir() -> Path:
-    return Path(os.environ.get("DEJA_MODEL_CACHE_DIR", "~/.cache/deja/models")).expanduser()
+    # The server's own rule, so a test run and `deja modelserver` share one conversion.
+    return default_cache_dir(os.environ).expanduser()
 
 
 @pytest.fixture(scope="session", autouse=True)
