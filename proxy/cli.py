@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from core.config import DejaConfig
 from core.config_loader import load_config
@@ -46,24 +46,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        # `validate` finds every configuration error here, before anything starts; the same
+        # line for one that only building the app finds (an invariant it should have held).
         config = _config_from(ns)
+        if ns.command == "config":
+            print(json.dumps(_masked(config), indent=2))
+            return 0
+        if ns.worker_socket:
+            return _serve_worker(config, ns.log_level, ns.worker_socket)
+        if config.server.edge:
+            return _serve_edge(config, ns.log_level, args)
+        return _serve(config, ns.log_level)
     except ConfigError as exc:
         print(f"deja: {exc.message}", file=sys.stderr)
         return 2
-    if ns.command == "config":
-        print(json.dumps(_masked(config), indent=2))
-        return 0
-    if ns.worker_socket:
-        return _serve_worker(config, ns.log_level, ns.worker_socket)
-    if config.server.edge:
-        return _serve_edge(config, ns.log_level, args)
-    return _serve(config, ns.log_level)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line on stderr, as a configuration error is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="deja", description="Deja: a semantic cache for OpenAI-compatible APIs"
-    )
+    parser = _Parser(prog="deja", description="Deja: a semantic cache for OpenAI-compatible APIs")
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the caching proxy")
     for p in (serve, sub.add_parser("config", help="print the effective configuration")):
@@ -72,10 +79,18 @@ def _parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--host", help="address to listen on (server.host)")
         p.add_argument("--port", type=int, help="port to listen on (server.port)")
-        p.add_argument("--upstream", help="upstream base URL ending in /v1 (upstream.url)")
+        p.add_argument(
+            "--upstream", help="upstream base URL, e.g. http://host:8081/v1 (upstream.url)"
+        )
         p.add_argument("--redis", help="redis:// URL; empty turns the Redis tier off (redis.url)")
         p.add_argument("--admin-token", help="bearer token for /admin/v1 (admin.token)")
-        p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+        p.add_argument(
+            "--log-level",
+            default="INFO",
+            type=str.upper,
+            choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+            help="DEBUG, INFO, WARNING, ERROR",
+        )
     # Edge mode's worker (proxy/worker_process.py): started by the front, not by hand.
     serve.add_argument("--worker-socket", help=argparse.SUPPRESS)
     sub.add_parser("modelserver", help="run the local model server (see `deja modelserver --help`)")

@@ -78,8 +78,7 @@ def build_tracer(config: TelemetryConfig, exporter: SpanExporter | None = None) 
     elif config.traces == "console":
         exporter = ConsoleSpanExporter(out=sys.stderr)
     else:
-        if not config.otlp_endpoint:
-            raise ConfigError("telemetry.traces is otlp but telemetry.otlp_endpoint is empty")
+        assert config.otlp_endpoint, "config validation requires telemetry.otlp_endpoint"
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError as exc:  # pragma: no cover - depends on the installed extras

