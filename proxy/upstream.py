@@ -1,28 +1,39 @@
 """The pooled HTTP client to the model server: timeouts, retries, error translation.
 
 This module is the one place where aiohttp's client exceptions become Deja's UpstreamError
-family. Retries (exponential backoff, jittered) happen only inside `open()`, i.e. before the
-caller has seen any byte of a response, so nothing a client received is ever sent twice.
-Connection failures and 500/502/503/504 answers are retried; timeouts are not (they already
-cost their full budget), and 4xx never are.
+family. Retries happen only inside `open()`, i.e. before the caller has seen any byte of a
+response, so nothing a client received is ever sent twice. Which outcomes are retried, and
+after how long, is `RetryPolicy`'s (proxy/retry_policy.py): connection failures and 5xx after
+a backoff, rate-limit 429s after their Retry-After; the caller says how a wait is spent (the
+gate gives up its admission slot meanwhile).
+
+The OpenAI paths are appended to `upstream.url` as the OpenAI SDKs append them to their
+`base_url`: `http://host/v1beta/openai` + `chat/completions`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from core.clock import Clock, SystemClock
 from core.config import UpstreamConfig
-from core.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable
+from core.errors import (
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
+from proxy.retry_policy import RATE_LIMITED, RetryPolicy, quota_exhausted
 
-RETRY_STATUSES = frozenset({500, 502, 503, 504})
+# How the wait between two attempts is spent (seconds in, returns when the next may start).
+Pause = Callable[[float], Awaitable[None]]
 # Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus the ones aiohttp
 # recomputes for the body it sends or has already decoded.
 HOP_BY_HOP = frozenset(
@@ -60,20 +71,30 @@ class UpstreamResponse:
         self.status = response.status
         self.headers: CIMultiDictProxy[str] = response.headers
         self.ttfb_s = time.monotonic() - started
+        # The body, once `read` has taken it whole (a 429 is read to judge its error code and
+        # still handed on to the client, by `read` or `iter_chunks`, as it came).
+        self._body: bytes | None = None
 
     def forwardable_headers(self) -> CIMultiDict[str]:
         return CIMultiDict((k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP)
 
     async def read(self) -> bytes:
+        if self._body is not None:
+            return self._body
         try:
             async with asyncio.timeout(self._config.read_timeout_s):
-                return await self._response.read()
+                self._body = await self._response.read()
+                return self._body
         except TimeoutError as exc:
             raise UpstreamTimeout("the upstream stopped sending its response body") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamProtocolError(f"the upstream response broke off: {exc}") from exc
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
+        if self._body is not None:
+            if self._body:
+                yield self._body
+            return
         content = self._response.content
         while True:
             try:
@@ -100,11 +121,16 @@ class UpstreamResponse:
 
 
 class UpstreamClient:
-    def __init__(self, config: UpstreamConfig, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        rng: random.Random | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self._config = config
         self._base = config.url.rstrip("/") + "/"
         self._session: aiohttp.ClientSession | None = None
-        self._rng = rng or random.Random()
+        self._retry = RetryPolicy(config, clock or SystemClock(), rng or random.Random())
 
     @property
     def base_url(self) -> str:
@@ -122,10 +148,13 @@ class UpstreamClient:
         if self._session is not None:
             await self._session.close()
 
-    async def open(self, request: UpstreamRequest, *, retry: bool = True) -> UpstreamResponse:
+    async def open(
+        self, request: UpstreamRequest, *, retry: bool = True, pause: Pause = asyncio.sleep
+    ) -> UpstreamResponse:
         """Send `request`; returns once the status line and headers arrived (any status).
-        `retry` false sends it once (for calls that are not safe to repeat)."""
-        attempts = self._config.max_retries + 1 if retry else 1
+        `retry` false sends it once (for calls that are not safe to repeat); `pause` spends
+        each wait between two attempts."""
+        attempts = self._retry.attempts(retry)
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
@@ -133,17 +162,33 @@ class UpstreamClient:
             except UpstreamUnreachable:
                 if last:
                     raise
+                wait_s = self._retry.backoff_s(attempt)
             else:
-                if response.status not in RETRY_STATUSES or last:
+                if last:
                     return response
-                response.release()
-            await asyncio.sleep(self._backoff_s(attempt))
+                judged = await self._judge(attempt, response)
+                if isinstance(judged, UpstreamResponse):
+                    return judged
+                wait_s = judged
+            await pause(wait_s)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _backoff_s(self, attempt: int) -> float:
-        cfg = self._config
-        ceiling = min(cfg.retry_backoff_max_s, cfg.retry_backoff_s * (2**attempt))
-        return self._rng.uniform(ceiling / 2, ceiling)
+    async def _judge(self, attempt: int, response: UpstreamResponse) -> UpstreamResponse | float:
+        """The response itself when it is final, else the wait before the next attempt (the
+        response released)."""
+        wait_s = self._retry.wait_s(attempt, response.status, response.headers)
+        if wait_s is None:
+            return response
+        if response.status == RATE_LIMITED:
+            # An error object is small; once read, the client still gets it as it came.
+            try:
+                body = await response.read()
+            except UpstreamError:
+                body = b""  # a body that broke off names no code: retried like any 429
+            if quota_exhausted(body):
+                return response
+        response.release()
+        return wait_s
 
     async def _send_once(self, request: UpstreamRequest) -> UpstreamResponse:
         assert self._session is not None, "UpstreamClient.start() was not awaited"
@@ -178,14 +223,3 @@ def forward_headers(
             continue
         kept.append((name, value))
     return kept
-
-
-@contextlib.asynccontextmanager
-async def opened(
-    client: UpstreamClient, request: UpstreamRequest
-) -> AsyncIterator[UpstreamResponse]:
-    response = await client.open(request)
-    try:
-        yield response
-    finally:
-        response.release()

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
+
+# Request key: the middleware decided this request gets the configured failure.
+_FAILING = web.RequestKey("stub_failing", bool)
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -47,6 +51,13 @@ class Behaviour:
     body: dict[str, Any] | None = None
     # (n, payload): after n streamed chunks, send `data: <payload>` (an error event, garbage).
     inject_event: tuple[int, str] | None = None
+    # With `failures` set, only the first that many requests (every route, pass-through ones
+    # too) get `status`, the later ones their normal answer; None: `status` applies to every
+    # completion request. The error object carries `error_code`, its response `error_headers`
+    # (a 429's Retry-After, say).
+    failures: int | None = None
+    error_code: str | None = None
+    error_headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,17 +69,23 @@ class StubUpstream:
     cancelled: int = 0
     _runner: web.AppRunner | None = None
     port: int = 0
+    # The API's base path: "/v1" like OpenAI, or e.g. "/v1beta/openai", "/api/v1".
+    prefix: str = "/v1"
+    # The path of every request received, in order, and when (time.monotonic()).
+    paths: list[str] = field(default_factory=list)
+    arrivals_s: list[float] = field(default_factory=list)
+    failed: int = 0
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://127.0.0.1:{self.port}{self.prefix}"
 
     async def start(self, port: int = 0) -> str:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/completions", self._completions)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_route("*", "/v1/echo/{tail:.*}", self._echo)
+        app = web.Application(middlewares=[self._record_path])
+        app.router.add_post(f"{self.prefix}/chat/completions", self._chat)
+        app.router.add_post(f"{self.prefix}/completions", self._completions)
+        app.router.add_get(f"{self.prefix}/models", self._models)
+        app.router.add_route("*", f"{self.prefix}/echo/{{tail:.*}}", self._echo)
         self._runner = web.AppRunner(app, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
@@ -82,16 +99,34 @@ class StubUpstream:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    @web.middleware
+    async def _record_path(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self.paths.append(request.path)
+        self.arrivals_s.append(time.monotonic())
+        b = self.behaviour
+        failing = b.failures is not None and self.failed < b.failures
+        self.failed += failing
+        request[_FAILING] = failing
+        return await handler(request)
+
+    def _failure(self) -> web.Response:
+        b = self.behaviour
+        return _error(b.status, f"stub failure {b.status}", b.error_code, b.error_headers)
+
     def completion_calls(self) -> int:
         return sum(1 for c in self.calls if c.get("_route") in ("chat", "completions"))
 
     async def _models(self, request: web.Request) -> web.Response:
+        if request[_FAILING]:
+            return self._failure()
         return web.json_response(
             {"object": "list", "data": [{"id": "stub-model", "object": "model"}]}
         )
 
     async def _echo(self, request: web.Request) -> web.Response:
         body = await request.read()
+        if request[_FAILING]:
+            return self._failure()
         self.calls.append({"_route": "echo", "method": request.method, "path": request.path})
         return web.json_response(
             {
@@ -120,8 +155,8 @@ class StubUpstream:
                 await asyncio.sleep(3600)
             if b.delay_s:
                 await asyncio.sleep(b.delay_s)
-            if b.status >= 300:
-                return _error(b.status, f"stub failure {b.status}")
+            if b.status >= 300 and (b.failures is None or request[_FAILING]):
+                return self._failure()
             if b.body is not None:
                 return web.json_response(b.body)
             wants_logprobs = bool(body.get("logprobs"))
@@ -326,8 +361,14 @@ def _words(text: str) -> list[str]:
     return pieces or [""]
 
 
-def _error(status: int, message: str) -> web.Response:
+def _error(
+    status: int, message: str, code: str | None = None, headers: dict[str, str] | None = None
+) -> web.Response:
     kind = "invalid_request_error" if status < 500 else "server_error"
+    if status == 429:
+        kind = "insufficient_quota" if code == "insufficient_quota" else "rate_limit_error"
     return web.json_response(
-        {"error": {"message": message, "type": kind, "code": None}}, status=status
+        {"error": {"message": message, "type": kind, "code": code}},
+        status=status,
+        headers=headers,
     )
