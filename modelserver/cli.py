@@ -1,7 +1,8 @@
 """`deja modelserver` / `python -m modelserver`: flags → config → load → warm up → bind → serve.
 
 The port is bound only after the model is loaded and warmed up, so "connection refused" means
-"not ready yet" and a supervisor can simply retry. This is the only module that reads flags.
+"not ready yet" and a supervisor can simply retry. This is the only module that reads flags, and
+`main` the only place that reads the environment (for the cache directory's fallbacks).
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from aiohttp import web
 
@@ -23,9 +27,27 @@ from modelserver.server import create_app
 logger = logging.getLogger("modelserver")
 
 _DEFAULTS = ModelServerConfig()
+_NO_ENVIRONMENT: Mapping[str, str] = MappingProxyType({})
+
+# The one cache directory, documented in docs/modelserver.md: containers set the variable (their
+# system user has no home), desktops follow the XDG base-directory convention.
+CACHE_DIR_VARIABLE = "DEJA_MODEL_CACHE_DIR"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def default_cache_dir(environ: Mapping[str, str]) -> Path:
+    """$DEJA_MODEL_CACHE_DIR, else $XDG_CACHE_HOME/deja/models, else ~/.cache/deja/models.
+
+    An empty variable counts as unset, as the XDG specification says of its own."""
+    if environ.get(CACHE_DIR_VARIABLE):
+        return Path(environ[CACHE_DIR_VARIABLE])
+    if environ.get("XDG_CACHE_HOME"):
+        return Path(environ["XDG_CACHE_HOME"]) / "deja" / "models"
+    return _DEFAULTS.cache_dir
+
+
+def build_parser(environ: Mapping[str, str] = _NO_ENVIRONMENT) -> argparse.ArgumentParser:
+    """The flags; `environ` supplies the defaults that come from the environment (the cache
+    directory), so `--help` shows the value that applies."""
     parser = argparse.ArgumentParser(
         prog="deja modelserver",
         description="Serve a Llama-family model over an OpenAI-compatible API, with a paged KV "
@@ -85,6 +107,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="completion length when a request sets none",
     )
     add(
+        "--default-temperature",
+        type=float,
+        default=_DEFAULTS.default_temperature,
+        help="temperature when a request sets none (SmolLM2's model card: 0.2)",
+    )
+    add(
+        "--default-top-p",
+        type=float,
+        default=_DEFAULTS.default_top_p,
+        help="top_p when a request sets none (the model card: 0.9)",
+    )
+    add(
+        "--default-repetition-penalty",
+        type=float,
+        default=_DEFAULTS.default_repetition_penalty,
+        help="repetition penalty when a request sets none (1: off)",
+    )
+    add(
         "--max-waiting",
         type=int,
         default=_DEFAULTS.max_waiting_requests,
@@ -94,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--cache-dir",
         type=Path,
-        default=_DEFAULTS.cache_dir,
-        help="where converted GGUF weights are cached",
+        default=default_cache_dir(environ),
+        help=f"where converted GGUF weights are cached (${CACHE_DIR_VARIABLE}, else "
+        "$XDG_CACHE_HOME/deja/models, else ~/.cache/deja/models)",
     )
     add("--served-model-name", default=None, help="model name in the API (default: derived)")
     add("--no-warmup", action="store_true", help="bind without a warm-up generation")
@@ -117,6 +158,9 @@ def config_from_args(args: argparse.Namespace) -> ModelServerConfig:
         max_batch_tokens=args.max_batch_tokens,
         max_model_len=args.max_model_len,
         default_max_tokens=args.default_max_tokens,
+        default_temperature=args.default_temperature,
+        default_top_p=args.default_top_p,
+        default_repetition_penalty=args.default_repetition_penalty,
         max_waiting_requests=args.max_waiting,
         threads=args.threads,
         cache_dir=args.cache_dir,
@@ -126,7 +170,7 @@ def config_from_args(args: argparse.Namespace) -> ModelServerConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(os.environ).parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -2,8 +2,9 @@
 
 Both `/v1/chat/completions` and `/v1/completions` become the same value. Fields this server does
 not know are ignored (the proxy in front forwards everything); known parameters it cannot honour
-(tools, n > 1, penalties, logit_bias, echo, best_of, JSON modes) get a 400 naming the parameter
-rather than an answer that silently ignores them.
+(tools, n > 1, logit_bias, echo, best_of, JSON modes) get a 400 naming the parameter rather than
+an answer that silently ignores them. Sampling fields a request leaves out (or sends as null)
+stay None here: the server fills them from its configured defaults.
 """
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from modelserver.config import ModelServerConfig
 from modelserver.errors import InvalidRequest, UnsupportedParameter
-from modelserver.sampler import MAX_TOP_LOGPROBS
+from modelserver.sampler import (
+    MAX_ABS_OPENAI_PENALTY,
+    MAX_REPETITION_PENALTY,
+    MAX_TOP_LOGPROBS,
+    SamplingParams,
+)
 from modelserver.tokenizer import ChatMessage
 
 MAX_STOP_STRINGS = 4
@@ -31,8 +38,12 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float | None = None
+    top_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    """Not OpenAI's: Hugging Face's, accepted as vLLM accepts it (the SDKs' `extra_body`)."""
     seed: int | None = None
     stop: tuple[str, ...] = ()
     logprobs: bool = False
@@ -107,13 +118,16 @@ def _request(
     if not isinstance(model, str) or not model:
         raise InvalidRequest("you must provide a model parameter")
     temperature = _optional(fields, "temperature", float)
-    temperature = 1.0 if temperature is None else temperature
-    if not 0 <= temperature <= 2:
+    if temperature is not None and not 0 <= temperature <= 2:
         raise InvalidRequest("'temperature' must be between 0 and 2")
     top_p = _optional(fields, "top_p", float)
-    top_p = 1.0 if top_p is None else top_p
-    if not 0 < top_p <= 1:
+    if top_p is not None and not 0 < top_p <= 1:
         raise InvalidRequest("'top_p' must be greater than 0 and at most 1")
+    repetition_penalty = _optional(fields, "repetition_penalty", float)
+    if repetition_penalty is not None and not 0 < repetition_penalty <= MAX_REPETITION_PENALTY:
+        raise InvalidRequest(
+            f"'repetition_penalty' must be greater than 0 and at most {MAX_REPETITION_PENALTY:g}"
+        )
     stream_options = fields.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise InvalidRequest("'stream_options' must be an object")
@@ -129,8 +143,11 @@ def _request(
         stream=_optional(fields, "stream", bool) or False,
         include_usage=bool(stream_options.get("include_usage", False)),
         max_tokens=max_tokens,
-        temperature=float(temperature),
-        top_p=float(top_p),
+        temperature=_float_or_none(temperature),
+        top_p=_float_or_none(top_p),
+        presence_penalty=_openai_penalty(fields, "presence_penalty"),
+        frequency_penalty=_openai_penalty(fields, "frequency_penalty"),
+        repetition_penalty=_float_or_none(repetition_penalty),
         seed=_optional(fields, "seed", int),
         stop=_stop(fields.get("stop")),
         logprobs=logprobs,
@@ -139,12 +156,37 @@ def _request(
     )
 
 
+def sampling_params(
+    request: CompletionRequest,
+    config: ModelServerConfig,
+    *,
+    max_tokens: int,
+    stop_token_ids: frozenset[int],
+) -> SamplingParams:
+    """The engine's parameters: the request's where it set them, else the server's defaults
+    (the model card's sampling; OpenAI's penalties default to 0, as OpenAI defines them)."""
+    return SamplingParams(
+        temperature=_or(request.temperature, config.default_temperature),
+        top_p=_or(request.top_p, config.default_top_p),
+        repetition_penalty=_or(request.repetition_penalty, config.default_repetition_penalty),
+        presence_penalty=_or(request.presence_penalty, 0.0),
+        frequency_penalty=_or(request.frequency_penalty, 0.0),
+        seed=request.seed,
+        max_tokens=max_tokens,
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs,
+        stop_token_ids=stop_token_ids,
+    )
+
+
+def _or(value: float | None, default: float) -> float:
+    # Not `value or default`: an explicit 0 (greedy, no penalty) is a setting, not a gap.
+    return default if value is None else value
+
+
 def _reject_unsupported(fields: dict[str, Any]) -> None:
     if (_optional(fields, "n", int) or 1) != 1:
         raise UnsupportedParameter("'n' must be 1: the Deja model server returns one choice")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if _optional(fields, name, float):
-            raise UnsupportedParameter(f"'{name}' other than 0 is not supported")
     if fields.get("logit_bias"):
         raise UnsupportedParameter("'logit_bias' is not supported by the Deja model server")
     response_format = fields.get("response_format")
@@ -172,6 +214,17 @@ def _optional(fields: dict[str, Any], name: str, kind: type) -> Any:
     if not ok:
         raise InvalidRequest(f"'{name}' must be {'a number' if kind is float else kind.__name__}")
     return value
+
+
+def _openai_penalty(fields: dict[str, Any], name: str) -> float | None:
+    value = _optional(fields, name, float)
+    if value is not None and not -MAX_ABS_OPENAI_PENALTY <= value <= MAX_ABS_OPENAI_PENALTY:
+        raise InvalidRequest(f"'{name}' must be between -2 and 2")
+    return _float_or_none(value)
+
+
+def _float_or_none(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _positive(value: int | None, name: str) -> int | None:

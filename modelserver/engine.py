@@ -25,6 +25,7 @@ import torch
 from modelserver.errors import ContextLengthExceeded, EngineUnavailable, Overloaded
 from modelserver.forward_batch import ForwardBatch, build_forward_batch, order_chunks
 from modelserver.kv_cache import KVCache
+from modelserver.penalties import TokenHistory
 from modelserver.prefix_cache import PrefixCache
 from modelserver.sampler import SampledToken, SamplingParams, make_generator, sample
 from modelserver.scheduler import FinishReason, Scheduler, SequenceState, StepPlan
@@ -118,6 +119,9 @@ class _Live:
     request: GenerationRequest
     sink: OutputSink
     generator: torch.Generator
+    history: TokenHistory
+    """Prompt and generated ids, for the penalties; kept across preemptions like the scheduler's
+    own copy, which the engine does not reach into."""
 
 
 class Engine:
@@ -219,6 +223,8 @@ class Engine:
         deliveries: list[tuple[OutputSink, GenerationOutput]] = []
         for update in self._scheduler.update(plan, {r: t.token_id for r, t in sampled.items()}):
             live = self._live[update.request_id]
+            if update.token_id is not None:
+                live.history.append(update.token_id)
             if update.finish_reason is not None:
                 del self._live[update.request_id]
                 self._finish_one(aborted=False)
@@ -245,10 +251,12 @@ class Engine:
         )
         logits = self._model.forward(batch, self._kv)
         sampling_ids = [s.request_id for s in ordered if s.chunk.wants_logits]
+        live = [self._live[r] for r in sampling_ids]
         tokens = sample(
             logits,
-            [self._live[r].request.sampling for r in sampling_ids],
-            [self._live[r].generator for r in sampling_ids],
+            [x.request.sampling for x in live],
+            [x.generator for x in live],
+            [x.history for x in live],
         )
         return dict(zip(sampling_ids, tokens, strict=True))
 
@@ -285,7 +293,10 @@ class Engine:
         request = command.request
         assert request.request_id not in self._live, f"duplicate id {request.request_id}"
         self._live[request.request_id] = _Live(
-            request, command.sink, make_generator(request.sampling, self._seed_source())
+            request,
+            command.sink,
+            make_generator(request.sampling, self._seed_source()),
+            TokenHistory(request.prompt_token_ids, request.sampling.max_tokens),
         )
         self._counters.prompt_tokens += len(request.prompt_token_ids)
         self._scheduler.add(

@@ -1,8 +1,9 @@
-"""Choosing the next token from logits: greedy, temperature, top-p, seeds and logprobs.
+"""Choosing the next token from logits: penalties, greedy, temperature, top-p, seeds, logprobs.
 
-Sampling runs on the CPU in float32 whatever the model's device: it is a few rows of one
-vocabulary each, and a CPU `torch.Generator` per request makes a seeded request draw the same
-tokens however it is batched, preempted or placed.
+Penalties (penalties.py) are applied on the logits' device, for all rows at once; the draw then
+runs on the CPU in float32 whatever the model's device: it is a few rows of one vocabulary each,
+and a CPU `torch.Generator` per request makes a seeded request draw the same tokens however it
+is batched, preempted or placed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
+from modelserver.penalties import TokenHistory, apply_penalties
+
 MAX_TOP_LOGPROBS = 20
+MAX_ABS_OPENAI_PENALTY = 2.0
+MAX_REPETITION_PENALTY = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +25,13 @@ class SamplingParams:
     temperature: float = 1.0
     """0 means greedy: the most likely token, deterministic."""
     top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    """Divides positive and multiplies negative logits of tokens already in prompt or completion
+    (Hugging Face's convention); 1 is off."""
+    presence_penalty: float = 0.0
+    """Subtracted from the logit of every token the completion already has (OpenAI's); 0 is off."""
+    frequency_penalty: float = 0.0
+    """Subtracted once per occurrence in the completion (OpenAI's); 0 is off."""
     seed: int | None = None
     """Fixes the random draws of a request with temperature > 0."""
     max_tokens: int = 16
@@ -32,6 +44,12 @@ class SamplingParams:
     def __post_init__(self) -> None:
         assert self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}"
         assert 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"
+        assert 0 < self.repetition_penalty <= MAX_REPETITION_PENALTY, (
+            f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}"
+        )
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            assert abs(value) <= MAX_ABS_OPENAI_PENALTY, f"{name} must be in -2..2, got {value}"
         assert self.max_tokens > 0, f"max_tokens must be positive, got {self.max_tokens}"
         assert 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS, "top_logprobs must be in 0..20"
 
@@ -55,17 +73,27 @@ def sample(
     logits: torch.Tensor,
     params: Sequence[SamplingParams],
     generators: Sequence[torch.Generator],
+    histories: Sequence[TokenHistory],
 ) -> list[SampledToken]:
-    """One token for each row of `logits` (`[rows, vocab]`), under that row's parameters."""
+    """One token for each row of `logits` (`[rows, vocab]`), under that row's parameters;
+    `histories` hold each row's tokens so far, for its penalties."""
     assert logits.shape[0] == len(params) == len(generators), "one row per request"
-    rows = logits.detach().float().cpu()
+    raw = logits.detach().float()
+    penalised = apply_penalties(raw, params, histories)
+    rows = penalised.cpu()
+    # Logprobs are of the raw distribution, as OpenAI and vLLM report them: a second copy only
+    # when the penalties changed the rows and someone asked for logprobs.
+    needs_raw = penalised is not raw and any(p.logprobs for p in params)
+    raw_rows = raw.cpu() if needs_raw else rows
     greedy = rows.argmax(dim=-1).tolist()
     sampled = []
-    for row, row_params, generator, greedy_id in zip(rows, params, generators, greedy, strict=True):
+    for row, raw_row, row_params, generator, greedy_id in zip(
+        rows, raw_rows, params, generators, greedy, strict=True
+    ):
         token_id = (
             int(greedy_id) if row_params.temperature == 0 else _draw(row, row_params, generator)
         )
-        sampled.append(_with_logprobs(row, token_id, row_params))
+        sampled.append(_with_logprobs(raw_row, token_id, row_params))
     return sampled
 
 

@@ -22,6 +22,7 @@ from modelserver.completion_request import (
     CompletionRequest,
     parse_chat_request,
     parse_completion_request,
+    sampling_params,
 )
 from modelserver.completion_response import JSON, ResponseBuilder, Usage
 from modelserver.config import ModelServerConfig
@@ -39,7 +40,6 @@ from modelserver.errors import (
 )
 from modelserver.metrics import CONTENT_TYPE, render_metrics
 from modelserver.runtime import Runtime
-from modelserver.sampler import SamplingParams
 from modelserver.text_output import TextAssembler, TokenText
 
 logger = logging.getLogger(__name__)
@@ -185,14 +185,8 @@ async def _generate(
         state.config.default_max_tokens, max_model_len - len(prompt_ids)
     )
     tokenizer = state.runtime.tokenizer
-    sampling = SamplingParams(
-        temperature=parsed.temperature,
-        top_p=parsed.top_p,
-        seed=parsed.seed,
-        max_tokens=max_tokens,
-        logprobs=parsed.logprobs,
-        top_logprobs=parsed.top_logprobs,
-        stop_token_ids=tokenizer.stop_token_ids,
+    sampling = sampling_params(
+        parsed, state.config, max_tokens=max_tokens, stop_token_ids=tokenizer.stop_token_ids
     )
     builder = ResponseBuilder(
         chat=parsed.chat,

@@ -1,13 +1,15 @@
 """Server-sent events: parse an upstream stream, rebuild the completion, replay a cached one.
 
 OpenAI streams are `data: <json>\\n\\n` events ending with `data: [DONE]`. `SseParser` turns
-bytes (cut anywhere) into event payloads; `CompletionAssembler` folds chunk objects into the
-completion a non-streamed call would have returned; `replay_chunks` does the reverse for a
-cached completion, so a hit can be streamed whichever way it was stored.
+bytes (cut anywhere, even inside a character) into event payloads; `CompletionAssembler` folds
+chunk objects into the completion a non-streamed call would have returned; `replay_chunks` does
+the reverse for a cached completion, so a hit can be streamed whichever way it was stored.
 """
 
 from __future__ import annotations
 
+import codecs
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +18,10 @@ import orjson
 from normalize.request import Route
 
 DONE = "[DONE]"
-# Answers are only cached when every choice ended for one of these reasons.
+# A choice that ended for one of these reasons is complete.
 CLEAN_FINISH = frozenset({"stop", "tool_calls"})
+# A choice cut at max_tokens: stored too unless cache.store_truncated is off (proxy/store_rule.py).
+TRUNCATED_FINISH = "length"
 
 
 _REPLAY_PIECE_CHARS = 64
@@ -26,42 +30,83 @@ _REPLAY_PIECE_CHARS = 64
 def finished_cleanly(reasons: list[Any]) -> bool:
     """Whether an answer with these finish reasons (one per choice) is complete: there is at
     least one choice, and every one ended with stop or tool_calls (never length or
-    content_filter)."""
+    content_filter). Whether it may be *stored* is proxy/store_rule.py's (length may)."""
     return bool(reasons) and all(r in CLEAN_FINISH for r in reasons)
 
 
 class SseParser:
-    """Incremental parser for the `data:` payloads of an event stream (other fields ignored)."""
+    """Incremental parser for the `data:` payloads of an event stream (other fields ignored).
+
+    It follows the WHATWG event-stream rules: the bytes are UTF-8 (a leading BOM skipped,
+    invalid bytes replaced), lines end with CRLF, LF or a lone CR, a blank line ends an event.
+    A network read may end anywhere: inside a character (the decoder keeps its first bytes
+    until the rest come), between the CR and LF of one line end (`_after_cr`), or inside a
+    line (kept as pieces, joined once when its end arrives). Each byte is scanned once, so a
+    large read of many lines, or a long line in many reads, costs linear time.
+    """
 
     def __init__(self) -> None:
-        self._buffer = ""
+        self._decoder = _utf8_decoder()
+        self._partial: list[str] = []  # the current line's text so far (no line end yet)
+        self._after_cr = False  # the last line ended with a CR that may be half of a CRLF
         self._data: list[str] = []
 
-    def feed(self, chunk: bytes | str) -> list[str]:
-        text = chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else chunk
-        self._buffer += text
-        payloads: list[str] = []
-        while True:
-            newline = self._buffer.find("\n")
-            if newline < 0:
-                return payloads
-            line = self._buffer[:newline].rstrip("\r")
-            self._buffer = self._buffer[newline + 1 :]
-            if not line:
-                if self._data:
-                    payloads.append("\n".join(self._data))
-                    self._data = []
-            elif line.startswith("data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(" ") else value)
-            # Comments (":...") and other fields (event:, id:, retry:) carry nothing we use.
+    def feed(self, chunk: bytes) -> list[str]:
+        """The payloads of the events that `chunk` completed."""
+        return self._feed_text(self._decoder.decode(chunk))
 
     def flush(self) -> list[str]:
-        """Payloads of an event the stream ended without a blank line after."""
-        if self._buffer.strip():
-            self.feed("\n")
-        payloads = self.feed("\n")
+        """The end of the stream: payloads of an event it ended without a blank line after
+        (its last line may lack a line end too; bytes of a cut character become U+FFFD)."""
+        payloads = self._feed_text(self._decoder.decode(b"", final=True))
+        self._decoder.reset()
+        if self._partial:
+            self._line("".join(self._partial), payloads)
+            self._partial = []
+        self._after_cr = False
+        self._line("", payloads)
         return payloads
+
+    def _feed_text(self, text: str) -> list[str]:
+        payloads: list[str] = []
+        if not text:  # an empty read, or only the first bytes of a character
+            return payloads
+        start = 0
+        if self._after_cr:
+            self._after_cr = False
+            if text[0] == "\n":
+                start = 1
+        for match in _LINE_END.finditer(text, start):
+            self._partial.append(text[start : match.start()])
+            self._line("".join(self._partial), payloads)
+            self._partial = []
+            start = match.end()
+        if start < len(text):
+            self._partial.append(text[start:])
+        # A CR at the very end ended its line already; an LF first in the next read is its
+        # other half, not a line end of its own.
+        self._after_cr = text.endswith("\r")
+        return payloads
+
+    def _line(self, line: str, payloads: list[str]) -> None:
+        if not line:
+            if self._data:
+                payloads.append("\n".join(self._data))
+                self._data = []
+            return
+        name, _, value = line.partition(":")
+        if name == "data":
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        # Comments (":...") and other fields (event:, id:, retry:) carry nothing we use.
+
+
+# A CRLF is one line end, so it is tried before a lone CR.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _utf8_decoder() -> codecs.IncrementalDecoder:
+    # utf-8-sig skips one BOM at the start of the stream, as the event-stream rules say.
+    return codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
 
 
 def encode_event(payload: str) -> bytes:

@@ -2,8 +2,9 @@
 
 The call publishes what it receives as it receives it (nothing is buffered before clients see
 it), folds a streamed answer into a completion, and stores the answer only when it is clean:
-a 2xx, a terminal event, every choice finished with stop or tool_calls, no error, not too
-large, and the request allowed storing. Storing happens after the waiters have their answer.
+a 2xx, a terminal event, no error, every event JSON, the choices ended as the `StoreRule`
+allows (stop, tool_calls, and length unless `cache.store_truncated` is off), not too large,
+and the request allowed storing. Storing happens after the waiters have their answer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from normalize.features import PromptFeatures
 from normalize.request import CacheRequest
 from proxy.entry_builder import EntryBuilder
 from proxy.flight import Flight, FlightBody, FlightChunk, FlightEnd, FlightHead
-from proxy.sse import CLEAN_FINISH, DONE, CompletionAssembler, SseParser, finished_cleanly
+from proxy.sse import DONE, CompletionAssembler, SseParser
+from proxy.store_rule import StoreRule
 from proxy.upstream import UpstreamRequest, UpstreamResponse
 from proxy.upstream_gate import UpstreamGate
 from tiers.service import CacheService
@@ -52,9 +54,11 @@ class UpstreamCaller:
         stats: CacheStats,
         store_turns: LoopTurns,
         upstream_turns: LoopTurns,
+        store_rule: StoreRule,
         tracer: StageTracer | None = None,
     ) -> None:
         self._gate = gate
+        self._rule = store_rule
         self._tracer = tracer or NoopTracer()
         self._store_turns = store_turns
         self._upstream_turns = upstream_turns
@@ -65,12 +69,12 @@ class UpstreamCaller:
     async def run(self, flight: Flight, plan: CallPlan) -> None:
         """The body of a flight's task (see FlightRegistry.start)."""
         with self._tracer.span("deja.upstream", {"deja.stream": flight.stream}) as span:
-            async with self._gate.admitted():
+            async with self._gate.admitted() as slot:
                 # Building and sending the upstream request is a step of the miss's own: it
                 # waits for a turn, so that the hits that are ready go first
                 # (core/loop_turns.py).
                 await self._upstream_turns.take()
-                response = await self._gate.open(plan.upstream)
+                response = await self._gate.open(plan.upstream, slot)
                 if plan.plain_upstream is not None and response.status in (400, 422):
                     # Some upstreams refuse logprobs (or refuse them with tools): ask as the
                     # client asked, and give up on certainty figures for this answer.
@@ -82,7 +86,7 @@ class UpstreamCaller:
                         plain_upstream=None,
                     )
                     flight.added_logprobs = False
-                    response = await self._gate.open(plan.upstream)
+                    response = await self._gate.open(plan.upstream, slot)
                 span.set_attribute("http.status_code", response.status)
                 try:
                     completion = await self._relay(flight, plan, response)
@@ -113,7 +117,7 @@ class UpstreamCaller:
             if not ok or obj is None:
                 self._stats.not_stored["error" if not ok else "bad_body"] += 1
                 return None
-            return obj if self._storable(plan, obj, _finish_reasons(obj)) else None
+            return obj if self._storable(plan, obj) else None
         assembler = CompletionAssembler(plan.request.route)
         parser = SseParser()
         garbled = False
@@ -125,7 +129,7 @@ class UpstreamCaller:
         if completion is None or assembler.error is not None or garbled:
             self._stats.not_stored["incomplete"] += 1
             return None
-        return completion if self._storable(plan, completion, assembler.finish_reasons) else None
+        return completion if self._storable(plan, completion) else None
 
     @staticmethod
     def _publish_payloads(
@@ -146,22 +150,22 @@ class UpstreamCaller:
             flight.publish(FlightChunk(payload, obj))
         return garbled
 
-    def _storable(self, plan: CallPlan, completion: dict[str, Any], reasons: list[Any]) -> bool:
+    def _storable(self, plan: CallPlan, completion: dict[str, Any]) -> bool:
         if not plan.store:
             self._stats.not_stored["no_store"] += 1
             return False
-        if not finished_cleanly(reasons):
-            bad = next((str(r) for r in reasons if r not in CLEAN_FINISH), "no_choices")
-            self._stats.not_stored[bad] += 1
+        refusal = self._rule.refusal(completion)
+        if refusal is not None:
+            self._stats.not_stored[refusal] += 1
             return False
         return True
 
     async def store_answer(
         self, entry_id: str, request: CacheRequest, features: PromptFeatures, completion: Any
     ) -> bool:
-        """Store an answer obtained outside a flight (a verification's fresh answer) for
-        `request`, when it is a clean, finished completion; True if stored."""
-        if not isinstance(completion, dict) or not finished_cleanly(_finish_reasons(completion)):
+        """Store an answer obtained outside a flight (a verification's fresh answer, a whole
+        2xx JSON body) for `request`, when the store rule allows it; True if stored."""
+        if self._rule.refusal(completion) is not None:  # not a completion: "no_choices"
             return False
         await self._store(entry_id, request, features, completion, None, False)
         return True
@@ -196,15 +200,6 @@ class UpstreamCaller:
             answer = await self._entries.answer_vector(entry, completion)
             if answer is not None:
                 await self._service.attach_answer_vector(entry.entry_id, answer)
-
-
-def _finish_reasons(completion: dict[str, Any]) -> list[Any]:
-    choices = completion.get("choices")
-    return (
-        [c.get("finish_reason") for c in choices if isinstance(c, dict)]
-        if isinstance(choices, list)
-        else []
-    )
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:

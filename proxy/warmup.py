@@ -1,9 +1,13 @@
 """Warm-up: storing known request/answer pairs before traffic asks for them.
 
 Each JSONL line is `{"request": <full request body>, "response": <completion>,
-"namespace"?: str, "api_key"?: str}`. The request is validated and keyed exactly as live
-traffic would be (tenant from `api_key`, else anonymous), the answer must be a clean completion
-(every choice finished with stop or tool_calls), and the entry is stored through every tier and
+"namespace"?: str, "api_key"?: str, "headers"?: {credential header: value}}`. The request is
+validated and keyed exactly as live traffic would be, under the tenant of the requests it
+stands for: `api_key` a bare key, standing for `Authorization: Bearer <key>`; `headers` the
+credential headers themselves (Azure's `api-key`, say); neither, the anonymous tenant
+(proxy/credentials.py). The answer must be one a live miss would store (proxy/store_rule.py:
+every choice finished with stop or tool_calls, or length unless `cache.store_truncated` is
+off), and the entry is stored through every tier and
 indexed for semantic search, so later paraphrases hit too. Logprobs in the answer set its TTL
 and are kept only when the request asked for them.
 """
@@ -16,13 +20,14 @@ from typing import Any
 
 from core.errors import DejaError, InvalidRequest
 from normalize.features import FeatureSource
-from normalize.fingerprint import TenantHasher, fingerprint
+from normalize.fingerprint import fingerprint
 from normalize.request import Route
 from normalize.screen import PromptScreen
+from proxy.credentials import CredentialRule
 from proxy.directives import parse_directives
 from proxy.entry_builder import EntryBuilder, asked_logprobs
 from proxy.request_body import validate
-from proxy.sse import finished_cleanly
+from proxy.store_rule import StoreRule
 from tiers.service import CacheService
 
 
@@ -46,14 +51,16 @@ class WarmUp:
         self,
         service: CacheService,
         entries: EntryBuilder,
-        hasher: TenantHasher,
+        credentials: CredentialRule,
         features: FeatureSource,
         screen: PromptScreen,
         max_messages: int,
+        store_rule: StoreRule,
     ) -> None:
+        self._store_rule = store_rule
         self._service = service
         self._entries = entries
-        self._hasher = hasher
+        self._credentials = credentials
         self._features = features
         self._screen = screen
         self._max_messages = max_messages
@@ -76,18 +83,19 @@ class WarmUp:
         namespace = parse_directives(
             {"X-Deja-Namespace": str(item.get("namespace") or "")}
         ).namespace
-        api_key = item.get("api_key")
-        if api_key is not None and not isinstance(api_key, str):
-            raise InvalidRequest("'api_key' must be a string")
-        creq = fingerprint(route, request, self._hasher.tenant_of(api_key), namespace)
+        creq = fingerprint(route, request, self._tenant(item), namespace)
         if self._screen.suspicious(request):
             raise InvalidRequest("the prompt matches an injection pattern; it is never stored")
-        choices = response.get("choices")
-        if not isinstance(choices, list) or not choices:
+        refusal = self._store_rule.refusal(response)
+        if refusal == "no_choices":
             raise InvalidRequest("'response' must be a completion with choices")
-        reasons = [c.get("finish_reason") if isinstance(c, dict) else None for c in choices]
-        if not finished_cleanly(reasons):
-            raise InvalidRequest(f"only finished answers are stored (finish_reason {reasons})")
+        if refusal is not None:
+            reasons = [
+                c.get("finish_reason") if isinstance(c, dict) else None for c in response["choices"]
+            ]
+            raise InvalidRequest(
+                f"this answer is not one a live miss would store (finish_reason {reasons})"
+            )
         features = self._features.for_request(creq, loose_matching=True)
         entry_id = f"{creq.tag}-{secrets.token_hex(8)}"
         # Served to requests like this one: logprobs it did not ask for are not kept, as on a
@@ -102,3 +110,13 @@ class WarmUp:
         if answer is not None:
             await self._service.attach_answer_vector(entry_id, answer)
         return entry_id
+
+    def _tenant(self, item: dict[str, Any]) -> str:
+        api_key = item.get("api_key")
+        if api_key is not None and not isinstance(api_key, str):
+            raise InvalidRequest("'api_key' must be a string")
+        if "headers" not in item:
+            return self._credentials.tenant_of_key(api_key)
+        if api_key is not None:
+            raise InvalidRequest("give 'api_key' or 'headers', not both")
+        return self._credentials.tenant(self._credentials.named(item["headers"], "headers"))

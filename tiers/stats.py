@@ -18,7 +18,9 @@ class CacheStats:
     coalesced: int = 0
     # tier → failed calls (backend unreachable)
     tier_errors: Counter[str] = field(default_factory=Counter)
-    # Why a finished answer was not stored: "length", "error", "too_large", "no_store", ...
+    # Why a finished answer was not stored: "incomplete" (a stream that broke off), "error",
+    # "content_filter", "length" (cache.store_truncated off), "unfinished", "no_choices",
+    # "too_large", "no_store", ...
     not_stored: Counter[str] = field(default_factory=Counter)
     # Semantic candidates rejected by a meaning guard, by reason.
     guard_rejections: Counter[str] = field(default_factory=Counter)

@@ -98,7 +98,7 @@ async def test_warm_up_streams_progress_and_then_its_prompts_hit(
             line("What are your opening hours?", "Nine to five, Monday to Friday."),
             line("Where is the office?", "Main Street 1.", api_key="sk-alice", namespace="hr"),
             b"{not json",
-            line("Truncated?", "Half an ans", finish_reason="length"),
+            line("Filtered?", "Half an ans", finish_reason="content_filter"),
             b"",
             orjson.dumps({"request": {"model": "m"}, "response": {"choices": []}}),
             b'["a list"]',

@@ -97,7 +97,6 @@ def test_bad_chat_fields_are_invalid_requests(changes: dict[str, Any], message: 
         {"n": 2},
         {"tools": [{"type": "function", "function": {"name": "f"}}]},
         {"tool_choice": "auto"},
-        {"presence_penalty": 0.5},
         {"logit_bias": {"1": 5}},
         {"response_format": {"type": "json_object"}},
         {"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]},

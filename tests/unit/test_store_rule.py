@@ -1,0 +1,38 @@
+"""The one rule on which finished answers are stored, by how their choices ended."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.store_rule import StoreRule
+
+
+def completion(*reasons: Any) -> dict[str, Any]:
+    return {"choices": [{"index": i, "finish_reason": r} for i, r in enumerate(reasons)]}
+
+
+@pytest.mark.parametrize(
+    ("answer", "by_default", "without_truncated"),
+    [
+        (completion("stop"), None, None),
+        (completion("tool_calls"), None, None),
+        (completion("length"), None, "length"),
+        (completion("stop", "length"), None, "length"),
+        (completion("content_filter"), "content_filter", "content_filter"),
+        (completion("length", "content_filter"), "content_filter", "length"),
+        (completion("stop", None), "unfinished", "unfinished"),
+        (completion("function_call_soon"), "function_call_soon", "function_call_soon"),
+        (completion(), "no_choices", "no_choices"),
+        ({"object": "chat.completion"}, "no_choices", "no_choices"),
+        ({"choices": ["not a choice"]}, "unfinished", "unfinished"),
+        ("not a completion", "no_choices", "no_choices"),
+    ],
+)
+def test_what_is_stored_and_why_not(
+    answer: Any, by_default: str | None, without_truncated: str | None
+) -> None:
+    assert StoreRule().refusal(answer) == by_default
+    assert StoreRule(store_truncated=True).refusal(answer) == by_default
+    assert StoreRule(store_truncated=False).refusal(answer) == without_truncated
