@@ -39,13 +39,20 @@ class ProxyConfig:
     # reaching the port would spend that key); with no upstream key the client's own
     # Authorization is forwarded and this list, when non-empty, still restricts access.
     api_keys: tuple[str, ...] = ()
+    # Request headers that carry a credential besides Authorization, api-key and x-api-key
+    # (e.g. x-goog-api-key). The tenant hashes every credential header a request carries, so
+    # a client authenticating through a header nobody named here would share the anonymous
+    # tenant with every other such client (README, "Authentication").
+    credential_headers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
-    # Base URL of the OpenAI-compatible model server, ending in /v1.
+    # Base URL of the OpenAI-compatible model server; the OpenAI paths (chat/completions, ...)
+    # are appended to it as the OpenAI SDKs do, so any base works (/v1, /v1beta/openai, /api/v1).
     url: str = "http://127.0.0.1:8081/v1"
-    # When set, replaces the client's Authorization header on upstream calls.
+    # When set, sent upstream as `Authorization: Bearer` in place of every credential header
+    # of the client's (proxy/credentials.py), so no client key reaches the provider.
     api_key: str = ""
     connect_timeout_s: float = 5.0
     # Time allowed until the upstream's first response byte (headers); a CPU model server's
@@ -58,6 +65,10 @@ class UpstreamConfig:
     max_retries: int = 2
     retry_backoff_s: float = 0.2
     retry_backoff_max_s: float = 2.0
+    # An upstream 429 is retried (within max_retries) after the wait its Retry-After or
+    # retry-after-ms asks for, when that is at most this long (without one: the backoff);
+    # longer, it is passed through at once, with its headers. 0: 429s are never retried.
+    retry_after_max_s: float = 10.0
     max_connections: int = 256
     # Admission control: concurrent upstream calls and requests queued for one; past the queue,
     # 429 with Retry-After instead of piling up.
@@ -81,6 +92,10 @@ class CacheConfig:
     max_entry_bytes: int = 1024 * 1024
     # Cache /v1/completions too (exact matches only).
     cache_completions: bool = True
+    # Store answers cut at max_tokens (finish_reason `length`, kept as it is): the key holds
+    # max_tokens, so the upstream would cut a repeat of the request the same way. Off: only
+    # stop / tool_calls answers are stored.
+    store_truncated: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +127,11 @@ class RedisConfig:
     compress_min_bytes: int = 1024
     # Approximate length cap of the replication event stream.
     stream_maxlen: int = 100_000
+
+
+# Languages the meaning pipeline reads (normalize/language.py has a gate for each); others
+# are refused by `semantic.languages` at start rather than by an assert in a worker.
+SEMANTIC_LANGUAGES: tuple[str, ...] = ("en",)
 
 
 @dataclass(frozen=True, slots=True)

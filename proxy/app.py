@@ -30,7 +30,6 @@ from core.loop_turns import LoopTurns
 from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from fallback.degrade import Degrader
 from normalize.features import FeatureSource, NoFeatureSource
-from normalize.fingerprint import TenantHasher
 from normalize.screen import PromptScreen
 from proxy.access_log import AccessLog, NoAccessLog
 from proxy.admin_routes import AdminRoutes
@@ -38,6 +37,7 @@ from proxy.admission import AdmissionControl
 from proxy.auth import ClientAuth
 from proxy.completions import CompletionHandler
 from proxy.components import Deja
+from proxy.credentials import CredentialRule
 from proxy.edge_report import REPORT_PATH, EdgeReportReceiver
 from proxy.entry_builder import EntryBuilder
 from proxy.flight import FlightRegistry
@@ -47,6 +47,7 @@ from proxy.openai_routes import OpenAIRoutes
 from proxy.request_frame import RequestFrame
 from proxy.request_ledger import RequestLedger
 from proxy.request_reader import RequestReader
+from proxy.store_rule import StoreRule
 from proxy.telemetry import Telemetry
 from proxy.upstream import UpstreamClient
 from proxy.upstream_call import UpstreamCaller
@@ -96,12 +97,15 @@ def create_app(
         deja.served = ServedRequests(capacity=0)
     features: FeatureSource = deja.features if deja.features is not None else NoFeatureSource()
     gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
-    auth = ClientAuth(config.proxy, config.upstream)
-    hasher = TenantHasher(config.cache.tenant_secret, config.cache.share_across_tenants)
+    credential_rule = CredentialRule(config.proxy, config.cache)
+    auth = ClientAuth(config.proxy, config.upstream, credential_rule)
     screen = PromptScreen(config.guardrails.injection_patterns)
-    reader = RequestReader(config, auth, hasher, screen, features)
+    reader = RequestReader(config, auth, credential_rule, screen, features)
     embedder = deja.features
     deja.verifier = Verifier(config.verify, gate, deja.service, deja.thresholds, embedder)
+    # Which answers are stored, one rule for misses, verification (both through the caller) and
+    # warm-up lines.
+    store_rule = StoreRule(config.cache.store_truncated)
     handler = CompletionHandler(
         config=config,
         reader=reader,
@@ -114,6 +118,7 @@ def create_app(
             stats,
             deja.store_turns,
             deja.upstream_turns,
+            store_rule,
             deja.telemetry.tracer,
         ),
         degrader=Degrader(config.degrade, deja.service, clock, deja.breaker),
@@ -138,9 +143,15 @@ def create_app(
     if config.admin.token:
         feedback = FeedbackService(deja.service, deja.ttl, deja.thresholds, stats)
         warmup = WarmUp(
-            deja.service, deja.entries, hasher, features, screen, config.server.max_messages
+            deja.service,
+            deja.entries,
+            credential_rule,
+            features,
+            screen,
+            config.server.max_messages,
+            store_rule,
         )
-        AdminRoutes(deja, feedback, warmup, auth, hasher).register(frame)
+        AdminRoutes(deja, feedback, warmup, auth, credential_rule).register(frame)
     if edge_worker:
         # Outside the frame: a report is not a client's request. Reachable only through the
         # worker's unix socket, in a directory only the front's user can enter.
@@ -198,7 +209,7 @@ def _build_core(
         clock=clock,
         stats=stats,
         service=service,
-        upstream=UpstreamClient(u),
+        upstream=UpstreamClient(u, clock=clock),
         breaker=breaker,
         admission=AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s),
         flights=FlightRegistry(),

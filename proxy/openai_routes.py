@@ -18,9 +18,10 @@ from proxy.auth import ClientAuth
 from proxy.completions import CompletionHandler
 from proxy.context import CONTEXT, CacheOutcome
 from proxy.request_frame import RequestFrame
-from proxy.upstream import UpstreamClient, UpstreamRequest, forward_headers
+from proxy.upstream import UpstreamClient, UpstreamRequest
 
-_NOT_FORWARDED = frozenset({"authorization", "accept-encoding"})
+# The client's credentials go upstream as ClientAuth decides (unchanged, or replaced).
+_NOT_FORWARDED = frozenset({"accept-encoding"})
 _NOT_RELAYED = frozenset(
     {
         "content-length",
@@ -62,12 +63,9 @@ class OpenAIRoutes:
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]
         ctx.cache = CacheOutcome.BYPASS
-        self._auth.client_key(request.headers)
+        self._auth.credentials(request.headers)
         body = await self._read_body(request)
-        headers = forward_headers(request.headers, drop=_NOT_FORWARDED)
-        authorization = self._auth.upstream_authorization(request.headers)
-        if authorization:
-            headers.append(("Authorization", authorization))
+        headers = self._auth.upstream_headers(request.headers, _NOT_FORWARDED)
         upstream_request = UpstreamRequest(
             request.method, request.match_info["tail"], tuple(headers), body, request.query_string
         )

@@ -41,9 +41,11 @@ def admin_openapi() -> dict[str, Any]:
             "/feedback": {
                 "post": {
                     "summary": "Report on a cached answer; recomputes its TTL, may evict it",
-                    "description": "The admin token, or the client's own API key for entries of its own "
-                    "tenant. Two irrelevant signals evict the entry everywhere. Negative feedback naming "
-                    "the request id of a semantic hit also raises the entry's similarity floor.",
+                    "description": "The admin token, or the client's own credentials (in any form a "
+                    "completion request carries them: Authorization of any scheme, api-key, x-api-key, "
+                    "proxy.credential_headers) for entries of their own tenant. Two irrelevant signals "
+                    "evict the entry everywhere. Negative feedback naming the request id of a semantic "
+                    "hit also raises the entry's similarity floor.",
                     "requestBody": {
                         "required": True,
                         "content": {
@@ -191,7 +193,13 @@ def admin_openapi() -> dict[str, Any]:
                     "properties": {
                         "tenant_key": {
                             "type": "string",
-                            "description": "An API key; its tenant is invalidated",
+                            "description": "A bare API key, standing for 'Authorization: Bearer "
+                            "<key>' (what the OpenAI SDKs send); its tenant is invalidated",
+                        },
+                        "tenant_headers": {
+                            "$ref": "#/components/schemas/CredentialHeaders",
+                            "description": "The credential headers of a tenant's requests; "
+                            "that tenant is invalidated",
                         },
                         "tenant": {
                             "type": "string",
@@ -212,14 +220,30 @@ def admin_openapi() -> dict[str, Any]:
                         },
                         "response": {
                             "type": "object",
-                            "description": "A completion (finish_reason stop or tool_calls)",
+                            "description": "A completion a live miss would store "
+                            "(finish_reason stop, tool_calls, or length unless "
+                            "cache.store_truncated is off)",
                         },
                         "namespace": {"type": "string"},
                         "api_key": {
                             "type": "string",
-                            "description": "Whose tenant the entry belongs to (default: anonymous)",
+                            "description": "Whose tenant the entry belongs to, as a bare key "
+                            "standing for 'Authorization: Bearer <key>' (default: anonymous)",
+                        },
+                        "headers": {
+                            "$ref": "#/components/schemas/CredentialHeaders",
+                            "description": "Whose tenant the entry belongs to, as the credential "
+                            "headers its requests carry (instead of api_key)",
                         },
                     },
+                },
+                "CredentialHeaders": {
+                    "type": "object",
+                    "description": "Credential headers and their values, as a request carries "
+                    "them: Authorization (its whole value), api-key, x-api-key or one of "
+                    "proxy.credential_headers. The tenant is the keyed hash of all of them.",
+                    "minProperties": 1,
+                    "additionalProperties": {"type": "string"},
                 },
             },
         },
