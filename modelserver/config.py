@@ -74,9 +74,9 @@ class ModelServerConfig:
     """Nucleus mass when a request sets none: the model card's 0.9."""
 
     default_repetition_penalty: float = 1.1
-    """Repetition penalty (Hugging Face's: positive logits of tokens already in the prompt or
-    completion divided by it, negative ones multiplied) when a request sets none. A small model
-    otherwise loops on a phrase until max_tokens cuts it."""
+    """Repetition penalty (positive logits of tokens already in the completion divided by it,
+    negative ones multiplied; prompt-only tokens untouched, see penalties.py) when a request
+    sets none. A small model otherwise loops on a phrase until max_tokens cuts it."""
 
     max_waiting_requests: int = 1024
     """Requests allowed to wait for admission; beyond that a request gets 429."""

@@ -2,9 +2,15 @@
 
 Two conventions, both as their sources define them:
 
-- `repetition_penalty` (Hugging Face / vLLM, CTRL paper): every token already in the prompt or
-  the completion has its logit divided by the penalty when positive and multiplied by it when
-  negative, so a penalty above 1 always makes it less likely. 1 is off.
+- `repetition_penalty` (the CTRL paper's, as Hugging Face and vLLM compute it): every token
+  the completion already holds has its logit divided by the penalty when positive and
+  multiplied by it when negative, so a penalty above 1 always makes it less likely. 1 is off.
+  Unlike Hugging Face and vLLM, tokens that are only in the prompt are not penalised. What the
+  penalty is for is an answer that loops ("Boil an egg:" forty times, SmolLM2 greedy); an answer
+  must be free to use the question's own words. Measured on eight everyday questions, greedy,
+  SmolLM2-135M at 1.1: with the prompt penalised, "How do I boil an egg?" got "Boilin is a
+  magical ingredient…" and 4 of 8 answers ran to max_tokens; with the completion only, "Boil
+  an egg: 1. Boil the egg…" and 3 of 8; with no penalty, the loop and 4 of 8.
 - `presence_penalty` and `frequency_penalty` (OpenAI): over the *generated* tokens only,
   `logit -= presence * [count > 0] + frequency * count`. 0 is off; both range over -2..2.
 
@@ -82,8 +88,10 @@ def apply_penalties(
     repetition = _column([p.repetition_penalty for p in params], device)
     presence = _column([p.presence_penalty for p in params], device)
     frequency = _column([p.frequency_penalty for p in params], device)
+    repeated = count > 0  # generated at least once; a prompt-only token is left alone
     penalised = torch.where(values < 0, values * repetition, values / repetition)
-    penalised = penalised - frequency * count - presence * (count > 0).to(logits.dtype)
+    penalised = torch.where(repeated, penalised, values)
+    penalised = penalised - frequency * count - presence * repeated.to(logits.dtype)
     return padded.scatter_(1, ids, penalised)[:, :vocab]
 
 

@@ -35,9 +35,10 @@ def test_each_penalty_follows_its_definition_exactly() -> None:
 
     out = apply_penalties(logits, [params], [tokens])
 
-    # 0: prompt only, positive, /2. 1: generated once, negative: *2, then -0.5*1 - 0.25.
-    # 2, 4: never seen. 3: generated twice: 3/2 - 0.5*2 - 0.25. 5: prompt only, zero stays zero.
-    assert out.tolist() == [[2.0, -4.75, 1.0, 0.25, 0.5, 0.0]]
+    # 0, 5: in the prompt only, untouched (an answer may use the question's words). 1: generated
+    # once, negative: *2, then -0.5*1 - 0.25. 2, 4: never seen. 3: generated twice:
+    # 3/2 - 0.5*2 - 0.25.
+    assert out.tolist() == [[4.0, -4.75, 1.0, 0.25, 0.5, 0.0]]
 
 
 def test_presence_and_frequency_count_generated_tokens_only() -> None:
@@ -51,14 +52,15 @@ def test_presence_and_frequency_count_generated_tokens_only() -> None:
     assert out.tolist() == [[1.0, 1.0, 0.5]]
 
 
-def test_the_repetition_penalty_equals_hugging_faces_processor() -> None:
+def test_the_repetition_penalty_equals_hugging_faces_processor_over_the_completion() -> None:
     generator = torch.Generator().manual_seed(3)
     logits = torch.randn(1, 97, generator=generator) * 4
     ids = torch.randint(0, 97, (1, 40), generator=generator)
     tokens = history(prompt=ids[0, :25].tolist(), generated=ids[0, 25:].tolist())
 
     ours = apply_penalties(logits, [SamplingParams(repetition_penalty=1.1)], [tokens])
-    theirs = RepetitionPenaltyLogitsProcessor(1.1)(ids, logits.clone())
+    # Hugging Face's processor penalises whatever ids it is given: here, the completion's.
+    theirs = RepetitionPenaltyLogitsProcessor(1.1)(ids[:, 25:], logits.clone())
 
     assert torch.equal(ours, theirs)
 
@@ -158,7 +160,11 @@ def test_engine_greedy_with_repetition_penalty_equals_hugging_faces(
     expected, comparable = reference_greedy(
         hugging_face_model(tiny_model),
         prompt,
-        lambda logits, sequence: processor(torch.tensor([sequence]), logits[None].clone())[0],
+        lambda logits, sequence: (
+            processor(torch.tensor([sequence[len(prompt) :]]), logits[None].clone())[0]
+            if len(sequence) > len(prompt)
+            else logits
+        ),
     )
     assert comparable >= 10, "the prompt should give clear choices"
     assert ours[:comparable] == expected[:comparable]
