@@ -1,4 +1,5 @@
-"""The values every tier stores and returns, and the one Protocol every key-value tier meets.
+"""The values every tier stores and returns, the one Protocol every key-value tier meets, and
+the one a semantic partition's vector index meets.
 
 An `Entry` is one cached answer with everything needed to serve it again (the completion,
 without its per-response `id` and `created`) and to manage it (keys, TTL and its inputs,
@@ -11,10 +12,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from normalize.meaning import Analysis
 from normalize.request import PARTITION_TAG_CHARS, Route
+
+if TYPE_CHECKING:  # only for annotations: the key-value tiers need no numpy
+    import numpy as np
 
 ENTRY_FORMAT_VERSION = 1
 
@@ -182,4 +186,55 @@ class InProcessTier(CacheTier, Protocol):
 
     def get_now(self, key: str) -> Entry | None:
         """What `get` returns, synchronously."""
+        ...
+
+
+# What one part of a `PartitionIndex` is (a FAISS index for `VectorIndex`): opaque to callers,
+# which only hand a part from `parts()` back to `search_part`.
+PartT = TypeVar("PartT")
+
+
+class PartitionIndex(Protocol[PartT]):
+    """One semantic partition's vectors, searched by cosine: what the semantic tier asks of
+    `tiers.vector_index.VectorIndex`. Vectors are unit length, so inner product is cosine.
+
+    Ids are the caller's, and each is added once: adding an id that is held, or one removed
+    before, is not supported (the semantic tier takes a new id for every vector). The vectors
+    may sit in several parts; a caller on the event loop searches them a part at a time and
+    merges the results with `tiers.vector_index.best_of`, one off the loop calls `search`. When
+    `wants_rebuild()` says so, the caller runs `rebuild()` (blocking) in a worker thread; every
+    other method may be called meanwhile.
+    """
+
+    def __len__(self) -> int:
+        """How many vectors are held (removed ones not counted)."""
+        ...
+
+    def add(self, vector_id: int, vector: np.ndarray) -> None: ...
+
+    def remove(self, vector_id: int) -> bool:
+        """Forget a vector; False when it is not held."""
+        ...
+
+    def vector(self, vector_id: int) -> np.ndarray | None: ...
+
+    def parts(self) -> list[PartT]:
+        """The parts as they are now, to search one at a time with `search_part`."""
+        ...
+
+    def search_part(self, part: PartT, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Up to k (id, cosine) pairs of one part, best first."""
+        ...
+
+    def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Up to k (id, cosine) pairs over every part, best first."""
+        ...
+
+    def wants_rebuild(self) -> bool:
+        """Whether the index should change shape (flat past its size limit, or too many
+        removals left behind)."""
+        ...
+
+    def rebuild(self) -> None:
+        """Rebuild in the shape the size calls for, keeping every vector held."""
         ...

@@ -36,7 +36,7 @@ from core.errors import CorruptEntry
 from core.loop_turns import LoopTurns
 from normalize.guards import GuardVerdict, MeaningGuard
 from normalize.meaning import Analysis
-from tiers.base import Entry, Invalidation
+from tiers.base import Entry, Invalidation, PartitionIndex
 from tiers.faiss_thread import FaissThread
 from tiers.semantic_base import SemanticCandidate
 from tiers.stats import CacheStats
@@ -82,7 +82,7 @@ class SemanticTier:
         self._thresholds = thresholds
         self._clock = clock
         self._stats = stats
-        self._indexes: dict[str, VectorIndex] = {}
+        self._indexes: dict[str, PartitionIndex[faiss.Index]] = {}
         self._entries: dict[str, _Indexed] = {}
         self._by_vector: dict[int, str] = {}
         self._recency: OrderedDict[str, None] = OrderedDict()
@@ -164,7 +164,7 @@ class SemanticTier:
         return False
 
     async def _neighbours(
-        self, index: VectorIndex, vector: np.ndarray, relaxed: bool = False
+        self, index: PartitionIndex[faiss.Index], vector: np.ndarray, relaxed: bool = False
     ) -> list[tuple[_Indexed, float]]:
         """The `candidates` nearest entries, best first. A hit needs a fresh entry; a relaxed
         (degraded) match takes one within its grace."""
@@ -323,7 +323,7 @@ class SemanticTier:
             await self.remove(entry_id)
         return len(gone)
 
-    def _maybe_rebuild(self, partition: str, index: VectorIndex) -> None:
+    def _maybe_rebuild(self, partition: str, index: PartitionIndex[faiss.Index]) -> None:
         if partition in self._rebuilding or not index.wants_rebuild():
             return
         self._rebuilding.add(partition)
