@@ -41,7 +41,7 @@ run: venv system
 	@scripts/run.sh
 
 bench: venv system
-	$(BIN)/python bench/overhead.py
+	$(BIN)/python -m bench.overhead
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,6 +1,6 @@
 """The overhead benchmark's baseline: a bare aiohttp server answering POSTs with fixed bytes.
 
-    python bench/bare_server.py PORT FILE [HEADERS_FILE]
+    python -m bench.bare_server PORT FILE [HEADERS_FILE]
 
 FILE holds the response body; HEADERS_FILE, when given, a JSON object of response headers sent
 with it (the overhead bench passes the headers of a Deja hit, so both servers put the same bytes

@@ -1,9 +1,9 @@
 """Calibration of semantic hits: does the false-hit estimate tell the truth, and do
 self-calibrating thresholds keep wrong hits under the target without giving up hit rate?
 
-    .venv/bin/python bench/calibration.py            # full run (~30 min on two cores)
-    .venv/bin/python bench/calibration.py --quick    # a smoke run (~2 min)
-    .venv/bin/python bench/calibration.py --static 0.86 0.97   # other static thresholds
+    .venv/bin/python -m bench.calibration            # full run (~30 min on two cores)
+    .venv/bin/python -m bench.calibration --quick    # a smoke run (~2 min)
+    .venv/bin/python -m bench.calibration --static 0.86 0.97   # other static thresholds
 
 Workload: Banking77 (dev half, 6,604 prompts in 38 intent groups) as a stream in which new
 prompts keep arriving among repeats: `--new-share` of the queries (11 %) are prompts not asked
@@ -18,7 +18,7 @@ nothing expires):
     static T         more pinned thresholds, to draw the static hit-rate / false-hit frontier
 
 Every run verifies the shipped share of semantic hits (verify.sample_share) in the background.
-The upstream (bench/calibration_upstream.py) answers by intent group, each answer worded several
+The upstream (`bench.calibration_upstream`) answers by intent group, each answer worded several
 ways, so verification agrees only through answer normalization and answer embeddings. A
 semantic hit is right exactly when the group of the answer served is the query's group.
 
@@ -39,28 +39,24 @@ import argparse
 import asyncio
 import json
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from calibration_report import (
+from bench.calibration_report import (
     COMMENTARY,
     render_markdown,
     render_plot,
     render_table,
     summarize,
 )
-from calibration_upstream import IntentUpstream, group_of_answer, load_workload
-from harness import PYTHON, RESULTS, ROOT, Process, free_port, write_json
-
+from bench.calibration_upstream import IntentUpstream, group_of_answer, load_workload
+from bench.harness import PYTHON, RESULTS, ROOT, write_json
 from core.config import SemanticConfig, VerifyConfig
+from tests.support.processes import ServerProcess
+from tests.support.redis_server import free_port
 
 TOKEN = "calibration"
 CHAT = "/v1/chat/completions"
@@ -165,7 +161,7 @@ class Window:
 @dataclass
 class Run:
     spec: RunSpec
-    process: Process | None = None
+    process: ServerProcess | None = None
     url: str = ""
     windows: list[Window] = field(default_factory=list)
     similarities: list[tuple[float, bool]] = field(default_factory=list)
@@ -278,11 +274,13 @@ def start_proxies(runs: list[Run], upstream_url: str) -> None:
     for run in runs:
         port = free_port()
         argv = [PYTHON, "-m", "proxy.cli", "serve", "--port", str(port)]
-        run.process = Process(f"calibration-{port}", argv, env=run.spec.env(upstream_url))
-        run.url = f"http://127.0.0.1:{port}"
+        run.process = ServerProcess(
+            f"calibration-{port}", argv, port, env=run.spec.env(upstream_url)
+        )
+        run.url = run.process.url
     for run in runs:
         assert run.process is not None
-        run.process.wait_http(run.url + "/readyz", timeout_s=600)
+        run.process.wait_ready("/readyz", timeout_s=600)
 
 
 def settings(spec: RunSpec) -> dict[str, Any]:
@@ -319,7 +317,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for run in runs:
             if run.process is not None:
-                run.process.close()
+                run.process.stop()
         await upstream.close()
     elapsed_s = time.monotonic() - started
     return {

@@ -7,7 +7,7 @@ verification's fresh answer is rarely the cached string and agreement has to com
 answer comparison. A semantic hit is right exactly when the cached answer's group is the
 query's group; `group_of_answer` reads the group back from any wording.
 
-    python bench/calibration_upstream.py PORT      # serve on its own (for a manual look)
+    python -m bench.calibration_upstream PORT      # serve on its own (for a manual look)
 """
 
 from __future__ import annotations

@@ -16,28 +16,26 @@ answered), cached (a hit), degraded (stale / neighbour / fallback) and error; an
 time: from the upstream's restart to the first fresh answer, which includes the breaker's
 cool-down (and to the breaker closing, from /readyz).
 
-    python bench/faults.py [--rate 40] [--before-s 10] [--outage-s 10] [--after-s 15] [--fallback]
+    python -m bench.faults [--rate 40] [--before-s 10] [--outage-s 10] [--after-s 15] [--fallback]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.harness import PYTHON, Process, free_port, pinned, print_table, write_json
+from bench.harness import PYTHON, pinned, print_table, write_json
+from tests.support.processes import ServerProcess
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.stub_process import StubProcess
 
 SERVER_CORE, CLIENT_CORE = 0, 1
 COOLDOWN_S = 3.0
@@ -73,29 +71,6 @@ def proxy_env(fallback: bool) -> dict[str, str]:
     return env
 
 
-class Upstream:
-    """The stub upstream as a process that can be killed and started again on its port."""
-
-    def __init__(self) -> None:
-        self.port, self.control_port = free_port(), free_port()
-        self.process: Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> None:
-        argv = [PYTHON, "-m", "tests.support.stub_process", str(self.port), str(self.control_port),
-                json.dumps({"delay_s": 0.05})]  # fmt: skip
-        self.process = Process("stub", pinned(SERVER_CORE, argv))
-        self.process.wait_http(f"{self.url}/models", timeout_s=30)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.proc.kill()
-        self.process.proc.wait()
-
-
 async def one_request(
     session: aiohttp.ClientSession, url: str, question: str, stream: bool, t0: float
 ) -> Outcome:
@@ -118,7 +93,7 @@ async def one_request(
     return Outcome(started, ended, "cached" if cache == "hit" else "fresh", cache)
 
 
-async def drive(args: argparse.Namespace, proxy_url: str, upstream: Upstream) -> dict[str, Any]:
+async def drive(args: argparse.Namespace, proxy_url: str, upstream: StubProcess) -> dict[str, Any]:
     rng = random.Random(7)
     url = proxy_url + "/v1/chat/completions"
     total_s = args.before_s + args.outage_s + args.after_s
@@ -225,25 +200,26 @@ def main() -> None:
     if (os.cpu_count() or 1) > CLIENT_CORE:
         os.sched_setaffinity(0, {CLIENT_CORE})
 
-    redis_port, proxy_port = free_port(), free_port()
-    upstream = Upstream()
-    procs: list[Process] = []
+    proxy_port = free_port()
+    redis = RedisServer(prefix=pinned(SERVER_CORE, []))
+    # The stub answers in 50 ms; killed and started again on its port for the outage.
+    upstream = StubProcess(command_prefix=pinned(SERVER_CORE, []), delay_s=0.05)
+    proxy: ServerProcess | None = None
     try:
-        redis = ["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"]
-        procs.append(Process("redis", pinned(SERVER_CORE, redis)))
+        redis.start()
         upstream.start()
         argv = [PYTHON, "-m", "proxy.cli", "serve", "--port", str(proxy_port), "--upstream",
-                upstream.url, "--redis", f"redis://127.0.0.1:{redis_port}/0"]  # fmt: skip
-        proxy = Process("proxy", pinned(SERVER_CORE, argv), env=proxy_env(args.fallback))
-        procs.append(proxy)
-        proxy_url = f"http://127.0.0.1:{proxy_port}"
-        proxy.wait_http(proxy_url + "/readyz")
-        run = asyncio.run(drive(args, proxy_url, upstream))
+                upstream.base_url, "--redis", redis.url]  # fmt: skip
+        proxy = ServerProcess(
+            "proxy", pinned(SERVER_CORE, argv), proxy_port, env=proxy_env(args.fallback)
+        )
+        proxy.wait_ready("/readyz", timeout_s=120)
+        run = asyncio.run(drive(args, proxy.url, upstream))
     finally:
-        if upstream.process is not None:
-            upstream.process.close()
-        for proc in reversed(procs):
-            proc.close()
+        upstream.stop()
+        if proxy is not None:
+            proxy.stop()
+        redis.close()
     summary = summarize(run)
     text = report(summary, args)
     name = "faults_fallback" if args.fallback else "faults"

@@ -1,7 +1,8 @@
-"""Shared benchmark plumbing: processes pinned to cores, readiness waits, wrk runs, tables.
+"""Shared benchmark plumbing: cores and priorities for processes, wrk runs, steal, tables, JSON.
 
 Benchmarks print a table and write JSON under bench/results/. Numbers are quoted as ratios to a
-baseline measured in the same run, because this machine is shared and noisy.
+baseline measured in the same run, because this machine is shared and noisy. The processes they
+start (the stub upstream, Redis, the proxy) are the tests' own: `tests.support`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,12 +26,6 @@ from core.cpu_priority import NICENESS
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PYTHON = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pinned(core: int | None, argv: Sequence[str]) -> list[str]:
@@ -50,46 +44,6 @@ def idle_priority(argv: Sequence[str]) -> list[str]:
     if shutil.which("chrt") is not None:
         return ["chrt", "--idle", "0", *argv]
     return ["nice", "-n", str(NICENESS), *argv]
-
-
-class Process:
-    """A child process with its output in a log file; killed on close."""
-
-    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
-        self.name = name
-        self.log_path = Path(tempfile.mkstemp(prefix=f"deja-bench-{name}-", suffix=".log")[1])
-        log = self.log_path.open("wb")
-        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-        self.proc = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT
-        )
-
-    def wait_http(self, url: str, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited early; log: {self.log_path}\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(
-            f"{self.name} not ready at {url} after {timeout_s} s; log: {self.log_path}"
-        )
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def post_json(

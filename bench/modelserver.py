@@ -1,6 +1,6 @@
 """Model server benchmark: prefix-cache TTFT and batched decode, against transformers, in one run.
 
-    python bench/modelserver.py [--model smollm2|PATH|random:<preset>] [--device auto|cpu|cuda]
+    python -m bench.modelserver [--model smollm2|PATH|random:<preset>] [--device auto|cpu|cuda]
                                 [--dtype auto|float32|float16|bfloat16] [--threads N] [--no-hf]
 
 Measures, on the engine (its own thread, as the server runs it; no HTTP):
@@ -22,26 +22,21 @@ import json
 import os
 import platform
 import statistics
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
-    # Run as `python bench/modelserver.py`: this file would shadow the `modelserver` package.
-    sys.path[0] = str(ROOT)
+import torch
 
-import torch  # noqa: E402
-
-from modelserver.cli import default_cache_dir  # noqa: E402
-from modelserver.config import DEVICES, DTYPES, ModelServerConfig  # noqa: E402
-from modelserver.engine import Engine, GenerationOutput, GenerationRequest  # noqa: E402
-from modelserver.runtime import Runtime, build_runtime, warm_up  # noqa: E402
-from modelserver.sampler import SamplingParams  # noqa: E402
-from modelserver.weights import LoadedModel, load_model  # noqa: E402
+from bench.harness import RESULTS
+from modelserver.cli import default_cache_dir
+from modelserver.config import DEVICES, DTYPES, ModelServerConfig
+from modelserver.engine import Engine, GenerationOutput, GenerationRequest
+from modelserver.runtime import Runtime, build_runtime, warm_up
+from modelserver.sampler import SamplingParams
+from modelserver.weights import LoadedModel, load_model
 
 
 @dataclass
@@ -207,9 +202,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="TTFT runs (median reported)")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(os.environ))
     parser.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
-    parser.add_argument(
-        "--json", type=Path, default=ROOT / "bench" / "results" / "modelserver.json"
-    )
+    parser.add_argument("--json", type=Path, default=RESULTS / "modelserver.json")
     return parser.parse_args()
 
 

@@ -5,9 +5,9 @@ concurrency. The bare server returns exactly the bytes of a Deja hit (its body a
 so the difference is Deja's own work: parsing, keys, lookup, building the headers, the access
 log. Misses go through to the stub
 upstream (also on core 0). The semantic tier is off here: it only runs after exact keys miss
-(bench/semantic_latency.py measures it).
+(`python -m bench.semantic_latency` measures it).
 
-    python bench/overhead.py [--duration-s 4] [--concurrency 1,16,64] [--rounds 5]
+    python -m bench.overhead [--duration-s 4] [--concurrency 1,16,64] [--rounds 5]
 
 The scenarios run in interleaved rounds and each ratio to bare is taken within a round, so a
 change in the shared machine's load between scenarios does not read as overhead. Each run also
@@ -22,19 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from bench.harness import (
     PYTHON,
-    Process,
     WrkResult,
-    free_port,
     pinned,
     post_json,
     print_table,
@@ -42,6 +37,9 @@ from bench.harness import (
     write_json,
     wrk_post_script,
 )
+from tests.support.processes import ServerProcess
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.stub_process import stub_argv
 
 SERVER_CORE, WRK_CORE = 0, 1
 REQUEST = {
@@ -60,35 +58,17 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
-    ports = {name: free_port() for name in ("bare", "stub", "redis", "lru", "redis_only")}
-    redis_url = f"redis://127.0.0.1:{ports['redis']}/0"
-    procs: list[Process] = []
+    ports = {name: free_port() for name in ("bare", "stub", "lru", "redis_only")}
+    redis = RedisServer(prefix=pinned(SERVER_CORE, []))
+    procs: list[ServerProcess] = []
     try:
-        procs.append(
-            Process(
-                "redis",
-                pinned(
-                    SERVER_CORE,
-                    [
-                        "redis-server",
-                        "--port",
-                        str(ports["redis"]),
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                    ],
-                ),
-            )
-        )
-        procs.append(
-            Process(
-                "stub", pinned(SERVER_CORE, [PYTHON, "bench/stub_server.py", str(ports["stub"])])
-            )
-        )
+        redis.start()
+        stub = ServerProcess("stub", pinned(SERVER_CORE, stub_argv(ports["stub"])), ports["stub"])
+        procs.append(stub)
+        stub.wait_ready("/v1/models", timeout_s=30)
         upstream = f"http://127.0.0.1:{ports['stub']}/v1"
         common = {"DEJA_SEMANTIC__ENABLED": "false", "DEJA_CACHE__TENANT_SECRET": "bench"}
-        proxies: dict[str, Process] = {}
+        proxies: dict[str, ServerProcess] = {}
         for name, extra in (("lru", {}), ("redis_only", {"DEJA_LRU_K__ENABLED": "false"})):
             argv = [
                 PYTHON,
@@ -100,14 +80,14 @@ def main() -> None:
                 "--upstream",
                 upstream,
                 "--redis",
-                redis_url,
+                redis.url,
             ]
-            proxies[name] = Process(
-                f"proxy-{name}", pinned(SERVER_CORE, argv), env={**common, **extra}
+            proxies[name] = ServerProcess(
+                f"proxy-{name}", pinned(SERVER_CORE, argv), ports[name], env={**common, **extra}
             )
             procs.append(proxies[name])
-        for name, proxy in proxies.items():
-            proxy.wait_http(f"http://127.0.0.1:{ports[name]}/readyz")
+        for proxy in proxies.values():
+            proxy.wait_ready("/readyz", timeout_s=120)
 
         lru_url = f"http://127.0.0.1:{ports['lru']}/v1/chat/completions"
         redis_only_url = f"http://127.0.0.1:{ports['redis_only']}/v1/chat/completions"
@@ -120,10 +100,12 @@ def main() -> None:
         body_file.write_bytes(hit_body)
         headers_file = Path(tempfile.mkstemp(suffix=".json")[1])
         headers_file.write_text(json.dumps(hit_headers))
-        bare_argv = [PYTHON, "bench/bare_server.py", str(ports["bare"]), str(body_file)]
-        bare = Process("bare", pinned(SERVER_CORE, [*bare_argv, str(headers_file)]))
+        bare_argv = [PYTHON, "-m", "bench.bare_server", str(ports["bare"]), str(body_file)]
+        bare = ServerProcess(
+            "bare", pinned(SERVER_CORE, [*bare_argv, str(headers_file)]), ports["bare"]
+        )
         procs.append(bare)
-        bare.wait_http(f"http://127.0.0.1:{ports['bare']}/healthz")
+        bare.wait_ready("/healthz", timeout_s=120)
 
         fixed = wrk_post_script(json.dumps(REQUEST).encode())
         unique = dict(REQUEST, messages=[{"role": "user", "content": "Question number __N__?"}])
@@ -151,7 +133,8 @@ def main() -> None:
                     runs[name][c].append(result)
     finally:
         for proc in reversed(procs):
-            proc.close()
+            proc.stop()
+        redis.close()
     report(runs, levels)
 
 

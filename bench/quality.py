@@ -1,7 +1,7 @@
 """Semantic-cache quality: Deja's hit rule against a bare threshold and GPTCache, on the dev data.
 
-    .venv/bin/python bench/quality.py                       # everything, full data
-    .venv/bin/python bench/quality.py --sets paws-wiki,mrpc --qqp-sample 5000
+    .venv/bin/python -m bench.quality                       # everything, full data
+    .venv/bin/python -m bench.quality --sets paws-wiki,mrpc --qqp-sample 5000
 
 Pairs (QQP, PAWS-Wiki, MRPC) report precision, recall and false-positive rate (wrong hits /
 non-duplicate pairs) of the full hit rule (cosine ≥ threshold and the meaning guards agree) at
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -29,10 +28,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from quality_data import (
+from bench.harness import RESULTS
+from bench.quality_data import (
     PAIR_SETS,
     WORKLOADS,
     EmbeddingCache,
@@ -41,7 +38,7 @@ from quality_data import (
     load_pairs,
     load_workload,
 )
-from quality_metrics import (
+from bench.quality_metrics import (
     GptCacheScorer,
     Rates,
     best_recall_at_fpr,
@@ -51,15 +48,13 @@ from quality_metrics import (
     pair_rates,
     replay_rates,
 )
-from quality_report import render_markdown, targets
-
+from bench.quality_report import render_markdown, targets
 from core.config import SemanticConfig
 from normalize.embedder import Embedder
 from normalize.guards import MeaningGuard
 from normalize.lemmas import LemmaAnalyzer
 from normalize.meaning import Analysis
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SWEEP = tuple(round(0.70 + 0.01 * i, 2) for i in range(29))  # 0.70 … 0.98
 GPTCACHE_SWEEP = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.96, 0.975, 0.985, 0.99)
 MAX_FPR = 0.01

@@ -1,4 +1,4 @@
-"""Data for `bench/quality.py`: the labelled dev files, and caches of embeddings and parses.
+"""Data for `bench.quality`: the labelled dev files, and caches of embeddings and parses.
 
 Embedding ~100k texts takes minutes on two cores and parsing them about as long, so both are
 computed once and kept under `bench/results/cache/` (git-ignored): embeddings as one float32

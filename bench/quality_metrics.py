@@ -1,4 +1,4 @@
-"""Metrics for `bench/quality.py`: labelled pairs, workload replay, and GPTCache's scorer.
+"""Metrics for `bench.quality`: labelled pairs, workload replay, and GPTCache's scorer.
 
 Pairs: a pair (a, b) is a hit when the query a would be answered with the entry cached for b.
 precision = right hits / hits, recall = right hits / duplicate pairs, false-positive rate (FPR)

@@ -1,4 +1,4 @@
-"""The tables of `bench/quality.py` (Markdown) and the issue's targets, from its results dict."""
+"""The tables of `bench.quality` (Markdown) and the issue's targets, from its results dict."""
 
 from __future__ import annotations
 

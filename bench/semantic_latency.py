@@ -13,7 +13,7 @@ Three measurements, each a ratio against a baseline taken in the same run:
    proxy as one process (for reference), once in edge mode (`server.edge`: exact hits from a
    front process, the rest in a worker process at idle priority).            target: ≤ 2×
 
-    python bench/semantic_latency.py [--prompts 400] [--index 2000] [--rounds 5] [--duration-s 6]
+    python -m bench.semantic_latency [--prompts 400] [--index 2000] [--rounds 5] [--duration-s 6]
 Prompts come from Banking77 (../shared/data), which the cache has not seen.
 """
 
@@ -25,20 +25,15 @@ import json
 import multiprocessing
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 
 from bench.harness import (
     PYTHON,
-    Process,
     WrkResult,
-    free_port,
     idle_priority,
     pinned,
     print_table,
@@ -55,7 +50,9 @@ from normalize.fingerprint import fingerprint
 from normalize.guards import MeaningGuard
 from normalize.request import Route
 from normalize.semantic_features import SemanticFeatureSource
-from tests.support.redis_server import RedisServer
+from tests.support.processes import ServerProcess
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.stub_process import stub_argv
 from tiers.base import Entry
 from tiers.semantic import SemanticTier
 from tiers.stats import CacheStats
@@ -262,10 +259,8 @@ async def through_proxy(
     if redis is not None:
         redis.start()
         extra = ["--redis", redis.url]
-    stub = Process(
-        "stub", pinned(1, idle_priority([PYTHON, "bench/stub_server.py", str(stub_port)]))
-    )
-    proxy = Process(
+    stub = ServerProcess("stub", pinned(1, idle_priority(stub_argv(stub_port))), stub_port)
+    proxy = ServerProcess(
         "proxy",
         pinned(
             0,
@@ -281,6 +276,7 @@ async def through_proxy(
                 *extra,
             ],
         ),
+        proxy_port,
         env={
             "DEJA_CACHE__TENANT_SECRET": "bench",
             "DEJA_SERVER__ACCESS_LOG": "false",
@@ -304,7 +300,8 @@ async def through_proxy(
         target=_semantic_load, args=(url, prompts, done, go, stop, report), daemon=True
     )
     try:
-        proxy.wait_http(f"http://127.0.0.1:{proxy_port}/readyz", timeout_s=300)
+        proxy.wait_ready("/readyz", timeout_s=300)
+        stub.wait_ready("/v1/models", timeout_s=30)
         async with aiohttp.ClientSession() as session:
 
             async def ask(body: dict[str, Any]) -> str:
@@ -366,8 +363,8 @@ async def through_proxy(
     finally:
         if loader.is_alive():
             loader.kill()
-        proxy.close()
-        stub.close()
+        proxy.stop()
+        stub.stop()
         if redis is not None:
             redis.close()
     quiet_p99 = statistics.median(r.p99_ms for r in quiet)

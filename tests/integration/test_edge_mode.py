@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 from tests.support.blocking_http import Reply, eventually, http
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.stub_process import stub_argv
 
 pytestmark = pytest.mark.redis
 
@@ -86,7 +86,7 @@ class EdgeStack:
         self.redis = RedisServer()
         self.redis.start()
         port = free_port()
-        self.stub = ServerProcess("stub", [sys.executable, "bench/stub_server.py", str(port)], port)
+        self.stub = ServerProcess("stub", stub_argv(port), port)
         self.edge: ServerProcess | None = None
         try:
             self.stub.wait_ready("/v1/models", timeout_s=30)

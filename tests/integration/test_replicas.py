@@ -11,7 +11,6 @@ threshold on both.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from tests.support.blocking_http import Reply, eventually, http
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.stub_process import stub_argv
 from tests.support.warmup_lines import warm_up_line
 
 pytestmark = pytest.mark.redis
@@ -65,7 +65,7 @@ class Stack:
         self.redis = RedisServer()
         self.redis.start()
         port = free_port()
-        self.stub = ServerProcess("stub", [sys.executable, "bench/stub_server.py", str(port)], port)
+        self.stub = ServerProcess("stub", stub_argv(port), port)
         self.replicas: list[ServerProcess] = []
         try:
             self.stub.wait_ready("/v1/models", timeout_s=30)

@@ -9,7 +9,6 @@ rebuilds its index from Redis, and replicas see each other's entries through the
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import redis
 
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.stub_process import stub_argv
 from tests.support.warmup_lines import warm_up_line
 
 pytestmark = [pytest.mark.models, pytest.mark.redis]
@@ -37,7 +37,7 @@ def stack() -> Iterator[Stack]:
     redis = RedisServer()
     redis.start()
     port = free_port()
-    stub = ServerProcess("stub", [sys.executable, "bench/stub_server.py", str(port)], port)
+    stub = ServerProcess("stub", stub_argv(port), port)
     a: ServerProcess | None = None
     try:
         stub.wait_ready("/v1/models", timeout_s=30)

@@ -1,12 +1,13 @@
-"""The stub upstream as a process of its own, for fault tests that kill and restart it.
+"""The stub upstream as a process of its own: the upstream of process tests and benchmarks.
 
-    python -m tests.support.stub_process PORT CONTROL_PORT
+    python -m tests.support.stub_process PORT [--control-port PORT] [--behaviour JSON]
 
-It serves the OpenAI routes of tests/support/stub_upstream.py on PORT and a control API on
-CONTROL_PORT: `PUT /behaviour` with a JSON object of Behaviour fields (`answer` is a fixed
-text; `inject_event` a pair) replaces how it answers; `GET /calls` counts the completion calls
-it received. `StubProcess` runs it from a test and keeps the port across kills, so the proxy in
-front of it sees the same upstream URL go away and come back.
+It serves the OpenAI routes of tests/support/stub_upstream.py on PORT, answering as the
+Behaviour fields in `--behaviour` say (`answer` is a fixed text; `inject_event` a pair). With
+`--control-port`, a control API too, for fault tests that change it while it runs: `PUT
+/behaviour` with a JSON object of Behaviour fields replaces how it answers; `GET /calls` counts
+the completion calls it received. `StubProcess` runs it from a test and keeps the port across
+kills, so the proxy in front of it sees the same upstream URL go away and come back.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import signal
 import sys
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -42,10 +44,20 @@ def behaviour_of(spec: dict[str, Any]) -> Behaviour:
     return Behaviour(**values)
 
 
+def stub_argv(port: int, control_port: int | None = None, **behaviour: Any) -> list[str]:
+    """The command that runs the stub on `port`, its control API on `control_port` if given."""
+    argv = [sys.executable, "-m", "tests.support.stub_process", str(port)]
+    if control_port is not None:
+        argv += ["--control-port", str(control_port)]
+    return [*argv, "--behaviour", json.dumps(behaviour)]
+
+
 class StubProcess:
-    def __init__(self, **behaviour: Any) -> None:
+    def __init__(self, *, command_prefix: Sequence[str] = (), **behaviour: Any) -> None:
+        """`command_prefix`: a command to run the stub under (the benchmarks pin it to a core)."""
         self.port = free_port()
         self.control_port = free_port()
+        self._command_prefix = list(command_prefix)
         self._behaviour = behaviour
         self.process: ServerProcess | None = None
 
@@ -55,8 +67,7 @@ class StubProcess:
 
     def start(self) -> StubProcess:
         assert self.process is None or self.process.proc.poll() is not None, "already running"
-        argv = [sys.executable, "-m", "tests.support.stub_process", str(self.port),
-                str(self.control_port), json.dumps(self._behaviour)]  # fmt: skip
+        argv = [*self._command_prefix, *stub_argv(self.port, self.control_port, **self._behaviour)]
         self.process = ServerProcess("stub", argv, self.port)
         self.process.wait_ready("/v1/models", timeout_s=30)
         return self
@@ -88,9 +99,20 @@ class StubProcess:
             return json.loads(response.read())
 
 
-async def serve(port: int, control_port: int, behaviour: Behaviour) -> None:
+async def serve(port: int, control_port: int | None, behaviour: Behaviour) -> None:
     stub = StubUpstream(behaviour=behaviour)
     await stub.start(port)
+    control = await serve_control(stub, control_port) if control_port is not None else None
+    try:
+        await asyncio.Event().wait()
+    finally:
+        if control is not None:
+            await control.cleanup()
+        await stub.close()
+
+
+async def serve_control(stub: StubUpstream, port: int) -> web.AppRunner:
+    """The control API on `port`: how the stub answers, and how often it was asked."""
 
     async def put_behaviour(request: web.Request) -> web.Response:
         stub.behaviour = behaviour_of(await request.json())
@@ -104,19 +126,15 @@ async def serve(port: int, control_port: int, behaviour: Behaviour) -> None:
     control.router.add_get("/calls", get_calls)
     runner = web.AppRunner(control)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", control_port).start()
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-        await stub.close()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
-    parser.add_argument("control_port", type=int)
-    parser.add_argument("behaviour", nargs="?", default="{}", help="Behaviour fields as JSON")
+    parser.add_argument("--control-port", type=int, help="serve the control API here")
+    parser.add_argument("--behaviour", default="{}", help="Behaviour fields as JSON")
     args = parser.parse_args()
     behaviour = behaviour_of(json.loads(args.behaviour))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))

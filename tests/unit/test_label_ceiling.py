@@ -1,16 +1,11 @@
-"""`bench/quality_metrics.label_ceiling`: what labelled pairs allow any hit rule at a given FPR."""
+"""`bench.quality_metrics.label_ceiling`: what labelled pairs allow any hit rule at a given FPR."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from quality_metrics import label_ceiling
+from bench.quality_metrics import label_ceiling
 
 
 def test_label_ceiling_counts_noise_and_the_guards_best_case() -> None:
