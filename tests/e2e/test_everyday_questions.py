@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from openai import OpenAI
 
-from tests.support.processes import ServerProcess, model_server, proxy
+from tests.support.processes import ServerProcess, proxied_model_server
 
 pytestmark = pytest.mark.modelserver
 
@@ -43,19 +43,9 @@ EVERYDAY = [
 
 @pytest.fixture(scope="module")
 def deja() -> Iterator[ServerProcess]:
-    # The model server exactly as `make run` starts it (its default flags); the proxy with its
-    # defaults, the semantic tier off: the repeats are word for word, so exact hits decide.
-    server = model_server()
-    front: ServerProcess | None = None
-    try:
-        server.wait_ready()
-        front = proxy(f"{server.url}/v1", env={"DEJA_SEMANTIC__ENABLED": "false"})
-        front.wait_ready()
+    # The model server exactly as `make run` starts it (its default flags).
+    with proxied_model_server() as front:
         yield front
-    finally:
-        if front is not None:
-            front.stop()
-        server.stop()
 
 
 def ask_twice(front: ServerProcess, questions: list[str], api_key: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.support.processes import ServerProcess, model_server, proxy
+from tests.support.processes import ServerProcess, proxied_model_server
 
 pytestmark = pytest.mark.modelserver
 
@@ -19,17 +19,8 @@ QUESTION: list[Any] = [
 
 @pytest.fixture(scope="module")
 def deja() -> Iterator[ServerProcess]:
-    server = model_server(["--kv-cache-mib", "64"])
-    front: ServerProcess | None = None
-    try:
-        server.wait_ready()
-        front = proxy(f"{server.url}/v1", env={"DEJA_SEMANTIC__ENABLED": "false"})
-        front.wait_ready()
+    with proxied_model_server(["--kv-cache-mib", "64"]) as front:
         yield front
-    finally:
-        if front is not None:
-            front.stop()
-        server.stop()
 
 
 def client(front: ServerProcess) -> OpenAI:

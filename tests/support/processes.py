@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.redis_server import free_port
@@ -86,3 +88,21 @@ def proxy(upstream: str, redis_url: str = "", env: dict[str, str] | None = None)
     return ServerProcess(
         "proxy", argv, port, env={"DEJA_CACHE__TENANT_SECRET": "test", **(env or {})}
     )
+
+
+@contextlib.contextmanager
+def proxied_model_server(model_flags: list[str] | None = None) -> Iterator[ServerProcess]:
+    """The real model server (`model_flags` added to its defaults) behind a proxy with its
+    defaults and the semantic tier off (the repeats these tests send are word for word, so
+    exact hits decide); yields the proxy, both stopped at the end."""
+    server = model_server(model_flags)
+    front: ServerProcess | None = None
+    try:
+        server.wait_ready()
+        front = proxy(f"{server.url}/v1", env={"DEJA_SEMANTIC__ENABLED": "false"})
+        front.wait_ready()
+        yield front
+    finally:
+        if front is not None:
+            front.stop()
+        server.stop()
