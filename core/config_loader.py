@@ -11,7 +11,6 @@ import dataclasses
 import difflib
 import math
 import os
-import re
 import types
 import typing
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ import yaml
 from core.config import DejaConfig, ModelPrice
 from core.config_checks import value_problems
 from core.errors import ConfigError
+from core.settings import bound_problems
 
 Layer = Mapping[str, Mapping[str, Any]]
 
@@ -36,29 +36,6 @@ ENV_ALIASES = {
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-# An HTTP field name (RFC 9110 5.1: a token), and the names `proxy.credential_headers` may not
-# take: a credential header must reach the edge worker and the upstream as the client sent it,
-# and these are one hop's, or the proxy's own (X-Deja-*, X-Request-Id), or rewritten on the way.
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_NOT_CREDENTIAL_HEADERS = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "content-encoding",
-        "content-type",
-        "cache-control",
-        "accept-encoding",
-        "x-request-id",
-    }
-)
 
 
 def load_config(
@@ -222,111 +199,10 @@ def _suggest(word: str, choices: Mapping[str, Any]) -> str:
 
 
 def validate(config: DejaConfig) -> None:
-    """Range checks that the types cannot express. Raises ConfigError with the key's name."""
-    problems: list[str] = []
-
-    def check(ok: bool, message: str) -> None:
-        if not ok:
-            problems.append(message)
-
-    s, u = config.server, config.upstream
-    check(0 < s.port < 65536, f"server.port must be 1..65535, got {s.port}")
-    check(s.max_body_bytes >= 1024, "server.max_body_bytes must be at least 1024")
-    check(s.max_messages >= 1, "server.max_messages must be at least 1")
-    check(s.max_passthrough_bytes >= 1, "server.max_passthrough_bytes must be at least 1")
-    check(s.shutdown_grace_s >= 0, "server.shutdown_grace_s must be 0 or more")
-    for key in ("connect_timeout_s", "first_byte_timeout_s", "read_timeout_s", "total_timeout_s"):
-        check(getattr(u, key) > 0, f"upstream.{key} must be positive")
-    check(u.queue_timeout_s > 0, "upstream.queue_timeout_s must be positive")
-    check(u.max_retries >= 0, "upstream.max_retries must be 0 or more")
-    for key in ("retry_backoff_s", "retry_backoff_max_s", "retry_after_max_s", "max_connections"):
-        check(getattr(u, key) >= 0, f"upstream.{key} must be 0 or more")
-    check(u.max_concurrent >= 1, "upstream.max_concurrent must be at least 1")
-    check(u.max_queued >= 0, "upstream.max_queued must be 0 or more")
-    check(0 <= u.top_logprobs <= 20, "upstream.top_logprobs must be 0..20")
-    check(
-        not u.api_key or bool(config.proxy.api_keys),
-        "upstream.api_key is set, so proxy.api_keys must list the client keys allowed to use it",
-    )
-    for name in config.proxy.credential_headers:
-        lower = name.lower()
-        check(
-            _HEADER_NAME.fullmatch(name) is not None,
-            f"proxy.credential_headers: {name!r} is not a valid header name",
-        )
-        check(
-            lower not in _NOT_CREDENTIAL_HEADERS and not lower.startswith("x-deja-"),
-            f"proxy.credential_headers: {name!r} cannot be a credential header"
-            " (HTTP or the proxy itself uses it)",
-        )
-    lru = config.lru_k
-    check(lru.k >= 1, f"lru_k.k must be at least 1, got {lru.k}")
-    check(lru.max_entries >= 1, "lru_k.max_entries must be at least 1")
-    check(lru.max_bytes >= 1024, "lru_k.max_bytes must be at least 1024")
-    check(lru.history_entries >= 0, "lru_k.history_entries must be 0 or more")
-    check(
-        lru.correlated_reference_period_s >= 0,
-        "lru_k.correlated_reference_period_s must be 0 or more",
-    )
-    check(config.cache.max_entry_bytes >= 0, "cache.max_entry_bytes must be 0 or more")
-    r = config.redis
-    check(
-        r.url == "" or r.url.startswith(("redis://", "rediss://", "unix://")),
-        f"redis.url must be a redis:// URL or empty, got {r.url!r}",
-    )
-    for key in ("connect_timeout_s", "socket_timeout_s", "probe_interval_s"):
-        check(getattr(r, key) > 0, f"redis.{key} must be positive")
-    check(r.compress_min_bytes >= 0, "redis.compress_min_bytes must be 0 or more")
-    check(r.stream_maxlen >= 1, "redis.stream_maxlen must be at least 1")
-    check(
-        not s.edge or bool(r.url),
-        "server.edge needs redis.url: the front reads the entries the worker stores from Redis",
-    )
-    sem = config.semantic
-    check(0.0 < sem.threshold <= 1.0, "semantic.threshold must be in (0, 1]")
-    check(sem.batch_max >= 1, "semantic.batch_max must be at least 1")
-    check(sem.embedding_workers >= 1, "semantic.embedding_workers must be at least 1")
-    check(sem.candidates >= 1, "semantic.candidates must be at least 1")
-    check(sem.max_entries >= 1, "semantic.max_entries must be at least 1")
-    # FAISS aborts the whole process on an HNSW graph with fewer links than 2.
-    check(sem.hnsw_m >= 2, "semantic.hnsw_m must be at least 2")
-    check(sem.hnsw_ef_search >= 1, "semantic.hnsw_ef_search must be at least 1")
-    check(sem.torch_threads >= 1, "semantic.torch_threads must be at least 1")
-    for key in ("batch_wait_ms", "max_moved_phrases", "analysis_max_chars", "flat_max_entries"):
-        check(getattr(sem, key) >= 0, f"semantic.{key} must be 0 or more")
-    check(0.0 <= sem.answer_margin <= 1.0, "semantic.answer_margin must be in [0, 1]")
-    t = config.ttl
-    check(t.base_ttl_s > 0, "ttl.base_ttl_s must be positive")
-    check(0 < t.factor_min <= t.factor_max, "ttl.factor_min must be positive and ≤ ttl.factor_max")
-    check(0 < t.jitter_min <= t.jitter_max, "ttl.jitter_min must be positive and ≤ ttl.jitter_max")
-    v = config.verify
-    check(0.0 <= v.sample_share <= 1.0, "verify.sample_share must be in [0, 1]")
-    check(0.0 < v.target_false_hit_rate < 1.0, "verify.target_false_hit_rate must be in (0, 1)")
-    check(
-        0 < v.threshold_min <= v.threshold_max <= 1,
-        "verify.threshold_min ≤ threshold_max in (0, 1]",
-    )
-    for key in ("raise_margin", "lower_step", "max_inflight"):
-        check(getattr(v, key) >= 0, f"verify.{key} must be 0 or more")
-    check(-1.0 <= v.answer_agreement <= 1.0, "verify.answer_agreement must be in [-1, 1]")
-    b = config.breaker
-    check(
-        b.window >= 1 and 1 <= b.min_requests <= b.window, "breaker.min_requests must be 1..window"
-    )
-    check(0.0 < b.failure_share <= 1.0, "breaker.failure_share must be in (0, 1]")
-    check(b.cooldown_s >= 0, "breaker.cooldown_s must be 0 or more")
-    check(b.ttfb_p95_limit_s >= 0, "breaker.ttfb_p95_limit_s must be 0 or more")
-    check(
-        b.half_open_probes >= 1 and b.successes_to_close >= 1, "breaker probes must be at least 1"
-    )
-    d = config.degrade
-    check(d.stale_grace_s >= 0, "degrade.stale_grace_s must be 0 or more")
-    check(0.0 <= d.neighbour_threshold <= 1.0, "degrade.neighbour_threshold must be in [0, 1]")
-    check(
-        config.telemetry.traces in ("none", "console", "otlp"),
-        f"telemetry.traces must be none, console or otlp, got {config.telemetry.traces!r}",
-    )
-    problems.extend(value_problems(config))
+    """The bounds each key declares (core/settings.py), then the checks across keys and of
+    values that would only fail where they are used (core/config_checks.py). Raises
+    ConfigError naming each key."""
+    problems = [*bound_problems(config), *value_problems(config)]
     if problems:
         # One line (`deja serve` prints it as it is), however many problems.
         raise ConfigError("invalid configuration: " + "; ".join(problems))

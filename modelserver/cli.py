@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
 import sys
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from aiohttp import web
 
-from modelserver.config import DEVICES, DTYPES, ModelServerConfig
+from core.settings import meta
+from modelserver.config import ModelServerConfig
 from modelserver.errors import ModelServerError
 from modelserver.runtime import Runtime, build_runtime, warm_up
 from modelserver.server import create_app
@@ -45,128 +49,89 @@ def default_cache_dir(environ: Mapping[str, str]) -> Path:
     return _DEFAULTS.cache_dir
 
 
+# Flags of the process that are not settings of the server.
+LOG_LEVEL_FLAG = ("--log-level", "INFO", "logging level")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flag:
+    """A setting's command-line flag: `--no-<name>` for a setting that is on by default."""
+
+    name: str
+    field: str
+    kind: Any
+    default: Any
+    help: str
+    choices: tuple[str, ...]
+    negated: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.name.removeprefix("--").replace("-", "_")
+
+
+def flags() -> list[Flag]:
+    """One per setting of ModelServerConfig that has a flag, in declaration order."""
+    hints = typing.get_type_hints(ModelServerConfig)
+    found: list[Flag] = []
+    for field in dataclasses.fields(ModelServerConfig):
+        declared = meta(field)
+        if declared.flag is None:
+            continue
+        kind = _flag_type(hints[field.name])
+        negated = kind is bool and field.default is True
+        assert kind is not bool or negated, f"{field.name}: a flag turns a setting off only"
+        prefix = "--no-" if negated else "--"
+        name = declared.flag or prefix + field.name.replace("_", "-")
+        # Its doc says what the setting does; the flag turns that off.
+        text = f"turn off: {declared.doc}" if negated else declared.doc
+        choices = declared.bounds.choices
+        found.append(Flag(name, field.name, kind, field.default, text, choices, negated))
+    return found
+
+
+def _flag_type(hint: Any) -> Any:
+    """`int | None` reads as an int (None is the flag left out)."""
+    options = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
+    assert len(options) == 1, f"a flag cannot read {hint}"
+    return options[0]
+
+
 def build_parser(environ: Mapping[str, str] = _NO_ENVIRONMENT) -> argparse.ArgumentParser:
-    """The flags; `environ` supplies the defaults that come from the environment (the cache
-    directory), so `--help` shows the value that applies."""
+    """The flags, from the settings' declarations; `environ` supplies the defaults that come
+    from the environment (the cache directory), so `--help` shows the value that applies."""
     parser = argparse.ArgumentParser(
         prog="deja modelserver",
         description="Serve a Llama-family model over an OpenAI-compatible API, with a paged KV "
         "cache and prefix reuse.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add = parser.add_argument
-    add("--host", default=_DEFAULTS.host, help="interface to bind")
-    add("--port", type=int, default=_DEFAULTS.port, help="port to bind (0: any free port)")
-    add(
-        "--model",
-        default=_DEFAULTS.model,
-        help="smollm2 | path to a .gguf | path to a Hugging Face folder | random:<preset>",
-    )
-    add("--device", choices=DEVICES, default=_DEFAULTS.device, help="auto: CUDA when present")
-    add(
-        "--dtype",
-        choices=DTYPES,
-        default=_DEFAULTS.dtype,
-        help="auto: float32 on CPU, bfloat16 on CUDA",
-    )
-    add(
-        "--kv-cache-mib",
-        type=int,
-        default=_DEFAULTS.kv_cache_mib,
-        help="memory budget of the KV block pool",
-    )
-    add(
-        "--kv-cache-blocks",
-        type=int,
-        default=None,
-        help="exact number of KV blocks (overrides --kv-cache-mib)",
-    )
-    add("--block-size", type=int, default=_DEFAULTS.block_size, help="tokens per KV block")
-    add(
-        "--max-batch",
-        type=int,
-        default=_DEFAULTS.max_num_seqs,
-        help="most sequences computed in one step",
-    )
-    add(
-        "--max-batch-tokens",
-        type=int,
-        default=_DEFAULTS.max_batch_tokens,
-        help="most tokens computed in one step (longer prompts are prefilled in chunks)",
-    )
-    add(
-        "--max-model-len",
-        type=int,
-        default=None,
-        help="longest prompt + completion (default: the model's, capped by the KV pool)",
-    )
-    add(
-        "--default-max-tokens",
-        type=int,
-        default=_DEFAULTS.default_max_tokens,
-        help="completion length when a request sets none",
-    )
-    add(
-        "--default-temperature",
-        type=float,
-        default=_DEFAULTS.default_temperature,
-        help="temperature when a request sets none (SmolLM2's model card: 0.2)",
-    )
-    add(
-        "--default-top-p",
-        type=float,
-        default=_DEFAULTS.default_top_p,
-        help="top_p when a request sets none (the model card: 0.9)",
-    )
-    add(
-        "--default-repetition-penalty",
-        type=float,
-        default=_DEFAULTS.default_repetition_penalty,
-        help="repetition penalty when a request sets none (1: off)",
-    )
-    add(
-        "--max-waiting",
-        type=int,
-        default=_DEFAULTS.max_waiting_requests,
-        help="requests allowed to wait for admission before 429",
-    )
-    add("--threads", type=int, default=_DEFAULTS.threads, help="torch intra-op threads")
-    add(
-        "--cache-dir",
-        type=Path,
-        default=default_cache_dir(environ),
-        help=f"where converted GGUF weights are cached (${CACHE_DIR_VARIABLE}, else "
-        "$XDG_CACHE_HOME/deja/models, else ~/.cache/deja/models)",
-    )
-    add("--served-model-name", default=None, help="model name in the API (default: derived)")
-    add("--no-warmup", action="store_true", help="bind without a warm-up generation")
-    add("--log-level", default="INFO", help="logging level")
+    from_environment = {"cache_dir": default_cache_dir(environ)}
+    for flag in flags():
+        # argparse formats help with %-interpolation.
+        text = flag.help.replace("%", "%%")
+        if flag.negated:
+            parser.add_argument(flag.name, action="store_true", help=text)
+            continue
+        parser.add_argument(
+            flag.name,
+            dest=flag.dest,
+            type=flag.kind,
+            choices=flag.choices or None,
+            default=from_environment.get(flag.field, flag.default),
+            help=text,
+        )
+    name, default, text = LOG_LEVEL_FLAG
+    parser.add_argument(name, default=default, help=text)
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> ModelServerConfig:
-    return ModelServerConfig(
-        host=args.host,
-        port=args.port,
-        model=args.model,
-        device=args.device,
-        dtype=args.dtype,
-        kv_cache_mib=args.kv_cache_mib,
-        kv_cache_blocks=args.kv_cache_blocks,
-        block_size=args.block_size,
-        max_num_seqs=args.max_batch,
-        max_batch_tokens=args.max_batch_tokens,
-        max_model_len=args.max_model_len,
-        default_max_tokens=args.default_max_tokens,
-        default_temperature=args.default_temperature,
-        default_top_p=args.default_top_p,
-        default_repetition_penalty=args.default_repetition_penalty,
-        max_waiting_requests=args.max_waiting,
-        threads=args.threads,
-        cache_dir=args.cache_dir,
-        served_model_name=args.served_model_name,
-        warmup=not args.no_warmup,
-    )
+    values: dict[str, Any] = {}
+    for flag in flags():
+        value = getattr(args, flag.dest)
+        values[flag.field] = not value if flag.negated else value
+    return ModelServerConfig(**values)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,14 +100,15 @@ def create_app(
     credential_rule = CredentialRule(config.proxy, config.cache)
     auth = ClientAuth(config.proxy, config.upstream, credential_rule)
     screen = PromptScreen(config.guardrails.injection_patterns)
-    reader = RequestReader(config, auth, credential_rule, screen, features)
+    reader = RequestReader(config.server, auth, credential_rule, screen, features)
     embedder = deja.features
     deja.verifier = Verifier(config.verify, gate, deja.service, deja.thresholds, embedder)
     # Which answers are stored, one rule for misses, verification (both through the caller) and
     # warm-up lines.
     store_rule = StoreRule(config.cache.store_truncated)
     handler = CompletionHandler(
-        config=config,
+        cache=config.cache,
+        upstream=config.upstream,
         reader=reader,
         service=deja.service,
         flights=deja.flights,
@@ -127,7 +128,7 @@ def create_app(
         clock=clock,
         stats=stats,
         turns=deja.upstream_turns,
-        hits=HitWriter(config, deja.served, clock, stats),
+        hits=HitWriter(config.pricing, deja.served, clock, stats),
         tracer=deja.telemetry.tracer,
     )
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
@@ -215,7 +216,9 @@ def _build_core(
         flights=FlightRegistry(),
         telemetry=Telemetry(config.telemetry, stats, lambda: deja.gauges(), span_exporter),
         ttl=ttl,
-        entries=EntryBuilder(config, ttl, thresholds, clock, features),
+        entries=EntryBuilder(
+            config.cache, config.degrade, config.semantic, ttl, thresholds, clock, features
+        ),
         lru=lru,
         redis=redis,
         redis_tier=redis_tier,

@@ -14,7 +14,7 @@ import orjson
 from aiohttp import web
 
 from core.clock import Clock
-from core.config import DejaConfig
+from core.config import CacheConfig, UpstreamConfig
 from core.errors import DejaError
 from core.ids import IdSequence
 from core.loop_turns import LoopTurns
@@ -44,7 +44,8 @@ from tiers.stats import CacheStats
 class CompletionHandler:
     def __init__(
         self,
-        config: DejaConfig,
+        cache: CacheConfig,
+        upstream: UpstreamConfig,
         reader: RequestReader,
         service: CacheService,
         flights: FlightRegistry,
@@ -59,7 +60,8 @@ class CompletionHandler:
         tracer: StageTracer | None = None,
     ) -> None:
         self._tracer = tracer or NoopTracer()
-        self._config = config
+        self._cache = cache
+        self._upstream = upstream
         self._turns = turns
         self._reader = reader
         self._service = service
@@ -81,7 +83,7 @@ class CompletionHandler:
             read = await self._reader.read(request, route)
         creq = read.cache
         ctx.tenant = creq.tenant
-        cacheable = route is Route.CHAT or self._config.cache.cache_completions
+        cacheable = route is Route.CHAT or self._cache.cache_completions
         outcome = LookupOutcome()
         looked_up = cacheable and read.directives.lookup
         if looked_up:
@@ -179,13 +181,9 @@ class CompletionHandler:
                 "include_usage": True,
             }
         plain_body = dict(upstream_body)
-        added = (
-            store
-            and self._config.upstream.request_logprobs
-            and not asked_logprobs(creq.route, body)
-        )
+        added = store and self._upstream.request_logprobs and not asked_logprobs(creq.route, body)
         if added:
-            k = self._config.upstream.top_logprobs
+            k = self._upstream.top_logprobs
             if creq.route is Route.CHAT:
                 upstream_body.update(logprobs=True, top_logprobs=k)
             else:

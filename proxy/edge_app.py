@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable
 from aiohttp import web
 
 from core.clock import Clock, SystemClock
-from core.config import DejaConfig
+from core.config import CacheConfig, DejaConfig
 from core.errors import WorkerUnavailable
 from core.tracing import StageTracer
 from normalize.features import NoFeatureSource
@@ -66,7 +66,7 @@ class EdgeCompletions:
 
     def __init__(
         self,
-        config: DejaConfig,
+        cache: CacheConfig,
         reader: RequestReader,
         service: CacheService,
         hits: HitWriter,
@@ -74,7 +74,7 @@ class EdgeCompletions:
         tracer: StageTracer,
     ) -> None:
         self._tracer = tracer
-        self._cache_completions = config.cache.cache_completions
+        self._cache_completions = cache.cache_completions
         self._reader = reader
         self._service = service
         self._hits = hits
@@ -164,14 +164,14 @@ def create_edge_app(
     credential_rule = CredentialRule(config.proxy, config.cache)
     auth = ClientAuth(config.proxy, config.upstream, credential_rule)
     screen = PromptScreen(config.guardrails.injection_patterns)
-    reader = RequestReader(config, auth, credential_rule, screen, NoFeatureSource())
+    reader = RequestReader(config.server, auth, credential_rule, screen, NoFeatureSource())
     report = EdgeReport(link, stats, served_enabled=bool(config.admin.token))
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
     ledger = RequestLedger(report, access_log)
     # The front's spans are its own (a relayed request's stages are the worker's spans).
     tracer = build_tracer(config.telemetry)
     completions = EdgeCompletions(
-        config, reader, service, HitWriter(config, report, clock, stats), link, tracer
+        config.cache, reader, service, HitWriter(config.pricing, report, clock, stats), link, tracer
     )
     relay = EdgeRelay(link, ledger, report, config.server.max_passthrough_bytes)
 

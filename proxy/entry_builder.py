@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from core.clock import Clock
-from core.config import DejaConfig
+from core.config import CacheConfig, DegradeConfig, SemanticConfig
 from normalize.features import PromptFeatures
 from normalize.request import CacheRequest, Route
 from proxy.answers import AnswerEmbedder, answer_vector
@@ -30,13 +30,17 @@ from tiers.ttl import (
 class EntryBuilder:
     def __init__(
         self,
-        config: DejaConfig,
+        cache: CacheConfig,
+        degrade: DegradeConfig,
+        semantic: SemanticConfig,
         ttl: TtlPolicy,
         thresholds: ThresholdController,
         clock: Clock,
         answer_embedder: AnswerEmbedder | None = None,
     ):
-        self._config = config
+        self._cache = cache
+        self._degrade = degrade
+        self._semantic = semantic
         self._ttl = ttl
         self._thresholds = thresholds
         self._clock = clock
@@ -57,7 +61,7 @@ class EntryBuilder:
         if strip_logprobs:
             stored["choices"] = [without_logprobs(c) for c in stored.get("choices", [])]
         body = orjson.dumps(stored)
-        if len(body) > self._config.cache.max_entry_bytes:
+        if len(body) > self._cache.max_entry_bytes:
             return None
         analysis = await features.analysis() if features.semantic_allowed() else None
         vector = await features.vector() if analysis is not None else None
@@ -73,7 +77,7 @@ class EntryBuilder:
             body=body,
             stored_at=self._clock.time(),
             ttl_s=self._ttl.ttl_s(certainty.confidence, certainty.certainty, (), ttl_cap_s),
-            grace_s=self._config.degrade.stale_grace_s,
+            grace_s=self._degrade.stale_grace_s,
             confidence=certainty.confidence,
             certainty=certainty.certainty,
             threshold=self._thresholds.neutral_floor,
@@ -90,7 +94,7 @@ class EntryBuilder:
         if (
             entry.vector is None
             or self._answer_embedder is None
-            or self._config.semantic.answer_margin <= 0
+            or self._semantic.answer_margin <= 0
         ):
             return None
         return await answer_vector(completion, self._answer_embedder)

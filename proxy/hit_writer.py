@@ -12,7 +12,7 @@ from typing import Protocol
 from aiohttp import web
 
 from core.clock import Clock
-from core.config import DejaConfig
+from core.config import PricingConfig
 from core.ids import IdSequence
 from core.tracing import SpanNotes
 from normalize.request import CacheRequest
@@ -47,13 +47,12 @@ class ServedLog(Protocol):
 
 class HitWriter:
     def __init__(
-        self, config: DejaConfig, served: ServedLog, clock: Clock, stats: CacheStats
+        self, pricing: PricingConfig, served: ServedLog, clock: Clock, stats: CacheStats
     ) -> None:
         self._served = served
         self._clock = clock
         self._stats = stats
         self._response_ids = IdSequence()
-        pricing = config.pricing
         self._prices = {
             p.model: (p.prompt_per_1k_usd, p.completion_per_1k_usd) for p in pricing.models
         }

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from core.config import DejaConfig
+from core.config import ServerConfig
 from normalize.features import FeatureSource, PromptFeatures
 from normalize.fingerprint import fingerprint
 from normalize.request import CacheRequest, Route
@@ -72,13 +72,13 @@ _MEMO_MAX_BODY_BYTES = 8 * 1024
 class RequestReader:
     def __init__(
         self,
-        config: DejaConfig,
+        server: ServerConfig,
         auth: ClientAuth,
         rule: CredentialRule,
         screen: PromptScreen,
         features: FeatureSource,
     ) -> None:
-        self._config = config
+        self._server = server
         self._auth = auth
         self._rule = rule
         self._screen = screen
@@ -88,7 +88,7 @@ class RequestReader:
     async def read(self, request: web.Request, route: Route) -> ReadRequest:
         headers = request.headers
         credentials = self._auth.credentials(headers)
-        raw = await read_body(request, self._config.server.max_body_bytes)
+        raw = await read_body(request, self._server.max_body_bytes)
         # Everything derived below depends on these and nothing else.
         memo_key = (
             route,
@@ -119,7 +119,7 @@ class RequestReader:
         self, route: Route, raw: bytes, credentials: Credentials, headers: Mapping[str, str]
     ) -> _Parsed:
         body = parse_json_object(raw)
-        validate(route, body, self._config.server.max_messages)
+        validate(route, body, self._server.max_messages)
         directives = parse_directives(headers)
         tenant = self._rule.tenant(credentials)
         creq = fingerprint(route, body, tenant, directives.namespace)
