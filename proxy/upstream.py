@@ -30,27 +30,11 @@ from core.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from core.http_headers import HOP_BY_HOP
 from proxy.retry_policy import RATE_LIMITED, RetryPolicy, quota_exhausted
 
 # How the wait between two attempts is spent (seconds in, returns when the next may start).
 Pause = Callable[[float], Awaitable[None]]
-# Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus the ones aiohttp
-# recomputes for the body it sends or has already decoded.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "content-encoding",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
