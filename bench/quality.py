@@ -50,10 +50,10 @@ from bench.quality_metrics import (
 )
 from bench.quality_report import render_markdown, targets
 from core.config import SemanticConfig
-from normalize.embedder import Embedder
-from normalize.guards import MeaningGuard
-from normalize.lemmas import LemmaAnalyzer
-from normalize.meaning import Analysis
+from normalize.meaning.guards import MeaningGuard
+from normalize.meaning.lemmas import LemmaAnalyzer
+from normalize.meaning.signature import Analysis
+from normalize.runtime.embedder import Embedder
 
 SWEEP = tuple(round(0.70 + 0.01 * i, 2) for i in range(29))  # 0.70 … 0.98
 GPTCACHE_SWEEP = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.96, 0.975, 0.985, 0.99)

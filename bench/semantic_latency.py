@@ -46,17 +46,17 @@ from core.clock import SystemClock
 from core.config import SemanticConfig, VerifyConfig
 from core.cpu_priority import become_idle_priority
 from core.loop_turns import LoopTurns
-from normalize.fingerprint import fingerprint
-from normalize.guards import MeaningGuard
-from normalize.request import Route
-from normalize.semantic_features import SemanticFeatureSource
+from normalize.keys.fingerprint import fingerprint
+from normalize.keys.request import Route
+from normalize.meaning.guards import MeaningGuard
+from normalize.runtime.model_features import SemanticFeatureSource
 from tests.support.processes import ServerProcess
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.stub_process import stub_argv
 from tiers.base import Entry
-from tiers.semantic import SemanticTier
+from tiers.policies.thresholds import ThresholdController
+from tiers.semantic.tier import SemanticTier
 from tiers.stats import CacheStats
-from tiers.thresholds import ThresholdController
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "banking77.dev.jsonl"
 
@@ -75,7 +75,7 @@ async def in_process(
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from normalize.embedder import default_model_path
+    from normalize.runtime.embedder import default_model_path
 
     config = SemanticConfig()
     features = SemanticFeatureSource(config)

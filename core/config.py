@@ -40,7 +40,7 @@ class ServerConfig:
     shutdown_grace_s: float = setting(
         30.0, "after SIGTERM, in-flight requests and streams get this long to finish", ge=0
     )
-    # Exact hits from a front process of their own (proxy/edge_app.py); everything else is
+    # Exact hits from a front process of their own (proxy/edge/front.py); everything else is
     # relayed to a worker process running the whole proxy.
     edge: bool = setting(
         False,
@@ -81,7 +81,7 @@ class UpstreamConfig:
         "OpenAI-compatible base URL (…/v1, …/v1beta/openai, …/api/v1);"
         " the OpenAI paths are appended to it",
     )
-    # proxy/credentials.py: so no client key reaches the provider.
+    # proxy/protocol/credentials.py: so no client key reaches the provider.
     api_key: str = setting(
         "",
         "when set, sent upstream as Authorization: Bearer instead of every client"
@@ -185,7 +185,7 @@ class RedisConfig:
     stream_maxlen: int = setting(100_000, "approximate cap of the replication event stream", ge=1)
 
 
-# Languages the meaning pipeline reads (normalize/language.py has a gate for each); others
+# Languages the meaning pipeline reads (normalize/meaning/language.py has a gate for each); others
 # are refused by `semantic.languages` at start rather than by an assert in a worker.
 SEMANTIC_LANGUAGES: tuple[str, ...] = ("en",)
 
@@ -393,7 +393,7 @@ class DegradeConfig:
 @dataclass(frozen=True, slots=True)
 class GuardrailConfig:
     # A cheap screen against cache poisoning; the expressions must combine into one
-    # alternation (normalize/screen.py), which core/config_checks.py checks.
+    # alternation (normalize/keys/screen.py), which core/config_checks.py checks.
     injection_patterns: tuple[str, ...] = setting(
         (
             r"ignore (all |any )?(the )?(previous|prior|above) (instructions|prompts?)",

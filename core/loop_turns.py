@@ -25,7 +25,7 @@ a turn.
 (the upstream send, parsing and writing a whole answer), both deferred behind ready work, and
 storing answers (`max_deferral_s=0`: spread out but never deferred, so a client that repeats
 its question at once finds the answer stored). The request ledger drains its batches of
-finished requests through a lane of its own (proxy/request_ledger.py). Each lane spaces its
+finished requests through a lane of its own (proxy/http/request_ledger.py). Each lane spaces its
 own steps; one lane shared by unrelated parts would make them wait in line behind each other.
 A lane does not give way to another lane's queued release, only to real work. (Sharing one
 turn per iteration between the lookup and upstream lanes was tried; the bench could not tell

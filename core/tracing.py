@@ -1,4 +1,4 @@
-"""The tracing seam: the core opens named spans; `proxy/telemetry.py` decides what they become.
+"""The tracing seam: the core opens named spans; `proxy/http/telemetry.py` decides what they become.
 
 Only the telemetry module imports OpenTelemetry. The core sees this Protocol and, when tracing
 is off, `NoopTracer` (the "off" object), so no stage tests a flag. A span is a context manager

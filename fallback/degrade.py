@@ -19,8 +19,8 @@ from core.clock import Clock
 from core.config import DegradeConfig
 from core.errors import BreakerOpen, DejaError, UpstreamError
 from fallback.breaker import Breaker
-from normalize.features import PromptFeatures
-from normalize.request import CacheRequest, Route
+from normalize.keys.request import CacheRequest, Route
+from normalize.prompt_features import PromptFeatures
 from tiers.base import Lookup
 from tiers.service import CacheService
 

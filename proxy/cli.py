@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
             choices=("DEBUG", "INFO", "WARNING", "ERROR"),
             help="DEBUG, INFO, WARNING, ERROR",
         )
-    # Edge mode's worker (proxy/worker_process.py): started by the front, not by hand.
+    # Edge mode's worker (proxy/edge/worker_process.py): started by the front, not by hand.
     serve.add_argument("--worker-socket", help=argparse.SUPPRESS)
     sub.add_parser("modelserver", help="run the local model server (see `deja modelserver --help`)")
     return parser
@@ -122,7 +122,7 @@ def _masked(config: DejaConfig) -> dict[str, Any]:
 
 
 def _serve(config: DejaConfig, log_level: str) -> int:
-    from proxy.app import create_app
+    from proxy.composition.app import create_app
 
     _set_up_process(log_level)
     _run(create_app(config), config, host=config.server.host, port=config.server.port)
@@ -131,10 +131,10 @@ def _serve(config: DejaConfig, log_level: str) -> int:
 
 def _serve_edge(config: DejaConfig, log_level: str, args: Sequence[str]) -> int:
     """Edge mode: this process answers exact hits and relays the rest to a worker process
-    (proxy/edge_app.py) on a unix socket in a private directory."""
-    from proxy.edge_app import create_edge_app
-    from proxy.worker_link import WorkerLink
-    from proxy.worker_process import WorkerProcess
+    (proxy/edge/front.py) on a unix socket in a private directory."""
+    from proxy.edge.front import create_edge_app
+    from proxy.edge.worker_link import WorkerLink
+    from proxy.edge.worker_process import WorkerProcess
 
     _set_up_process(log_level)
     folder = tempfile.mkdtemp(prefix="deja-edge-")  # mode 0700: the front's user only
@@ -149,8 +149,8 @@ def _serve_edge(config: DejaConfig, log_level: str, args: Sequence[str]) -> int:
 
 
 def _serve_worker(config: DejaConfig, log_level: str, socket_path: str) -> int:
-    from proxy.app import create_app
-    from proxy.worker_process import settle_as_worker
+    from proxy.composition.app import create_app
+    from proxy.edge.worker_process import settle_as_worker
 
     parent = os.getppid()
     _set_up_process(log_level)

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from core.clock import Clock
 from core.config import DejaConfig
 from core.config_loader import build_config, validate
-from proxy.app import create_app
+from proxy.composition.app import create_app
 from tests.support.redis_server import RedisServer
 from tests.support.stub_upstream import StubUpstream
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from normalize.meaning import Analysis
-from normalize.request import PARTITION_TAG_CHARS, Route
+from normalize.keys.request import PARTITION_TAG_CHARS, Route
+from normalize.meaning.signature import Analysis
 
 if TYPE_CHECKING:  # only for annotations: the key-value tiers need no numpy
     import numpy as np
@@ -55,18 +55,19 @@ class Entry:
     confidence: float = 1.0
     certainty: float = 1.0
     feedback: tuple[float, ...] = ()
-    # This entry's own similarity floor (tiers/thresholds.py): raised by disagreements, lowered
-    # by agreements. A candidate needs max(global threshold, floor).
+    # This entry's own similarity floor (tiers/policies/thresholds.py): raised by disagreements,
+    # lowered by agreements. A candidate needs max(global threshold, floor).
     threshold: float = 0.0
     # The answer's token counts (from its usage), for the tokens-saved statistics.
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    # `normalize.lemmas.Analysis.to_wire()` of the prompt, for the semantic tier's guards.
+    # `normalize.meaning.lemmas.Analysis.to_wire()` of the prompt, for the semantic tier's guards.
     analysis: str | None = None
     # The prompt's embedding, float32 bytes; only the Redis and semantic tiers keep it.
     vector: bytes | None = None
-    # The answer's embedding, float32 bytes (proxy/answers.py): the semantic tier refuses a hit
-    # when a neighbour almost as close was answered differently. Attached after the store.
+    # The answer's embedding, float32 bytes (proxy/answering/answer_agreement.py): the semantic
+    # tier refuses a hit when a neighbour almost as close was answered differently. Attached
+    # after the store.
     answer_vector: bytes | None = None
     # `analysis` already parsed, when the process that made the entry has it (never stored,
     # never compared): indexing a new entry then costs no second parse on the event loop.
@@ -196,14 +197,14 @@ PartT = TypeVar("PartT")
 
 class PartitionIndex(Protocol[PartT]):
     """One semantic partition's vectors, searched by cosine: what the semantic tier asks of
-    `tiers.vector_index.VectorIndex`. Vectors are unit length, so inner product is cosine.
+    `tiers.semantic.vector_index.VectorIndex`. Vectors are unit length, so inner product is cosine.
 
     Ids are the caller's, and each is added once: adding an id that is held, or one removed
     before, is not supported (the semantic tier takes a new id for every vector). The vectors
     may sit in several parts; a caller on the event loop searches them a part at a time and
-    merges the results with `tiers.vector_index.best_of`, one off the loop calls `search`. When
-    `wants_rebuild()` says so, the caller runs `rebuild()` (blocking) in a worker thread; every
-    other method may be called meanwhile.
+    merges the results with `tiers.semantic.vector_index.best_of`, one off the loop calls
+    `search`. When `wants_rebuild()` says so, the caller runs `rebuild()` (blocking) in a worker
+    thread; every other method may be called meanwhile.
     """
 
     def __len__(self) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import CorruptEntry
-from normalize.request import Route
+from normalize.keys.request import Route
 from tiers.base import ENTRY_FORMAT_VERSION, Entry
 
 META, BODY, ANALYSIS, VECTOR, ANSWER_VECTOR = "m", "b", "a", "v", "w"

@@ -13,7 +13,7 @@ from dataclasses import replace
 from core.clock import Clock
 from core.config import LruKConfig
 from tiers.base import Entry, Invalidation, TierName
-from tiers.lru_k_policy import LruKPolicy
+from tiers.policies.lru_k import LruKPolicy
 
 
 class LruKTier:

@@ -18,7 +18,7 @@ from typing import Any
 
 from core.config import RedisConfig
 from core.errors import CorruptEntry
-from normalize.request import PARTITION_TAG_CHARS
+from normalize.keys.request import PARTITION_TAG_CHARS
 from tiers.base import Entry, Invalidation, TierName
 from tiers.entry_codec import ANALYSIS, BODY, META, decode_fields, encode_fields
 from tiers.redis_connection import RedisConnection

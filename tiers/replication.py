@@ -28,7 +28,7 @@ from core.errors import CorruptEntry, TierUnavailable
 from tiers.base import CacheTier, Entry, Invalidation
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
-from tiers.semantic_base import SemanticIndex
+from tiers.semantic.protocol import SemanticIndex
 
 _log = logging.getLogger("deja.replication")
 

@@ -22,8 +22,8 @@ import numpy as np
 from core.clock import Clock
 from core.errors import TierUnavailable
 from core.loop_turns import LoopTurns
-from normalize.features import PromptFeatures
-from normalize.request import CacheRequest
+from normalize.keys.request import CacheRequest
+from normalize.prompt_features import PromptFeatures
 from tiers.base import (
     CacheTier,
     Entry,
@@ -34,7 +34,7 @@ from tiers.base import (
     TierName,
 )
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
-from tiers.semantic_base import NullSemanticIndex, SemanticIndex
+from tiers.semantic.protocol import NullSemanticIndex, SemanticIndex
 from tiers.stats import CacheStats
 
 _log = logging.getLogger("deja.cache")

@@ -16,9 +16,9 @@ import faiss
 import numpy as np
 import pytest
 
-from tiers import vector_index
 from tiers.base import PartitionIndex
-from tiers.vector_index import VectorIndex, best_of
+from tiers.semantic import vector_index
+from tiers.semantic.vector_index import VectorIndex, best_of
 
 DIM = 8
 M = 16

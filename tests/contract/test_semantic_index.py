@@ -1,4 +1,4 @@
-"""One contract, every semantic index (`tiers.semantic_base.SemanticIndex`): the semantic tier
+"""One contract, every semantic index (`tiers.semantic.protocol.SemanticIndex`): the semantic tier
 with flat partitions, the semantic tier with HNSW partitions, and the null index of a
 deployment with the semantic tier off (the laws that hold for it too).
 
@@ -26,15 +26,15 @@ from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
 from core.errors import CorruptEntry
 from core.loop_turns import LoopTurns
-from normalize.guards import MeaningGuard
-from normalize.meaning import Analysis, MeaningSignature
+from normalize.meaning.guards import MeaningGuard
+from normalize.meaning.signature import Analysis, MeaningSignature
 from tests.support.entries import TAG, make_entry
 from tiers.base import Entry, Invalidation
-from tiers.semantic import SemanticTier
-from tiers.semantic_base import NullSemanticIndex, SemanticIndex
+from tiers.policies.thresholds import ThresholdController
+from tiers.semantic.protocol import NullSemanticIndex, SemanticIndex
+from tiers.semantic.tier import SemanticTier
+from tiers.semantic.vector_index import VectorIndex
 from tiers.stats import CacheStats
-from tiers.thresholds import ThresholdController
-from tiers.vector_index import VectorIndex
 
 DIM = 8
 THRESHOLD = 0.9

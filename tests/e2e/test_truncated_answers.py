@@ -16,14 +16,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from normalize.features import NoFeatureSource
-from normalize.fingerprint import fingerprint
-from normalize.request import Route
-from proxy.app import DEJA
-from proxy.credentials import CredentialRule
-from proxy.store_rule import StoreRule
-from proxy.upstream_call import UpstreamCaller
-from proxy.upstream_gate import UpstreamGate
+from normalize.keys.fingerprint import fingerprint
+from normalize.keys.request import Route
+from normalize.prompt_features import NoFeatureSource
+from proxy.answering.flight_call import UpstreamCaller
+from proxy.answering.gate import UpstreamGate
+from proxy.answering.store_rule import StoreRule
+from proxy.composition.app import DEJA
+from proxy.protocol.credentials import CredentialRule
 from tests.admin.conftest import TOKEN, Client, admin_sections
 from tests.conftest import ProxyFactory, RunningProxy
 from tests.support.stub_upstream import Behaviour, StubUpstream
@@ -265,7 +265,7 @@ async def test_warm_up_lines_follow_the_same_rule(
 def caller_of(proxy: RunningProxy, rule: StoreRule) -> UpstreamCaller:
     """An UpstreamCaller over the proxy's own parts, as create_app builds the one behind both
     misses and verification."""
-    deja = proxy.app[DEJA]
+    deja = proxy.composition.app[DEJA]
     gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
     return UpstreamCaller(
         gate, deja.service, deja.entries, deja.stats, deja.store_turns, deja.upstream_turns, rule
@@ -291,7 +291,7 @@ async def test_a_verifications_fresh_answer_follows_the_same_rule(
     proxy = await proxy_factory(**admin_sections())
     client = Client(aiohttp.ClientSession(), proxy)
     sessions.append(client)
-    config = proxy.app[DEJA].config
+    config = proxy.composition.app[DEJA].config
     anonymous = CredentialRule(config.proxy, config.cache).tenant(())  # the ask below has none
     body = {"model": "m", "messages": [{"role": "user", "content": QUESTION}]}
     request = fingerprint(Route.CHAT, body, anonymous, "")

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from core.config import SemanticConfig
-from normalize.embedder import Embedder
-from normalize.guards import MeaningGuard
-from normalize.lemmas import LemmaAnalyzer
+from normalize.meaning.guards import MeaningGuard
+from normalize.meaning.lemmas import LemmaAnalyzer
+from normalize.runtime.embedder import Embedder
 from tests.models.hit_rule import HitRule
 
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.config import SemanticConfig
-from normalize.embedder import Embedder
-from normalize.guards import GuardVerdict, MeaningGuard
-from normalize.language import LanguageGate
-from normalize.lemmas import LemmaAnalyzer
-from normalize.text import canonical_text
+from normalize.keys.text import canonical_text
+from normalize.meaning.guards import GuardVerdict, MeaningGuard
+from normalize.meaning.language import LanguageGate
+from normalize.meaning.lemmas import LemmaAnalyzer
+from normalize.runtime.embedder import Embedder
 
 
 @dataclass(frozen=True, slots=True)

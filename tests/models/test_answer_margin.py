@@ -16,14 +16,14 @@ import pytest
 from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
 from core.loop_turns import LoopTurns
-from normalize.embedder import Embedder
-from normalize.guards import MeaningGuard
-from normalize.lemmas import LemmaAnalyzer
+from normalize.meaning.guards import MeaningGuard
+from normalize.meaning.lemmas import LemmaAnalyzer
+from normalize.runtime.embedder import Embedder
 from tests.support.entries import make_entry
 from tiers.base import Entry
-from tiers.semantic import SemanticTier
+from tiers.policies.thresholds import ThresholdController
+from tiers.semantic.tier import SemanticTier
 from tiers.stats import CacheStats
-from tiers.thresholds import ThresholdController
 
 QUERY = "How do I reset my PIN?"
 NEAREST = "How can I reset my PIN?"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from core.config import SemanticConfig
-from normalize.embedder import Embedder, EmbedderClosed, default_model_path
+from normalize.runtime.embedder import Embedder, EmbedderClosed, default_model_path
 from tests.support.float_tolerance import float32_tolerance
 
 

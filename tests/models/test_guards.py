@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from core.config import SemanticConfig
-from normalize.guards import MeaningGuard
-from normalize.lemmas import LemmaAnalyzer
-from normalize.rearrangement import moved_phrases
+from normalize.meaning.guards import MeaningGuard
+from normalize.meaning.lemmas import LemmaAnalyzer
+from normalize.meaning.rearrangement import moved_phrases
 
 
 def _verdict(analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str) -> tuple[bool, str]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from normalize.language import LanguageGate
-from normalize.lemmas import LemmaAnalyzer
+from normalize.meaning.language import LanguageGate
+from normalize.meaning.lemmas import LemmaAnalyzer
 from tests.models.hit_rule import HitRule
 
 # (cached prompt, new prompt): a right hit.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from normalize.language import LanguageGate
+from normalize.meaning.language import LanguageGate
 
 GATE = LanguageGate(("en",))
 

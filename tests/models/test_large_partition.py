@@ -8,13 +8,13 @@ import numpy as np
 from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
 from core.loop_turns import LoopTurns
-from normalize.embedder import Embedder
-from normalize.guards import MeaningGuard
-from normalize.lemmas import LemmaAnalyzer
+from normalize.meaning.guards import MeaningGuard
+from normalize.meaning.lemmas import LemmaAnalyzer
+from normalize.runtime.embedder import Embedder
 from tests.support.entries import make_entry
-from tiers.semantic import OFF_LOOP_MIN_VECTORS, SemanticTier
+from tiers.policies.thresholds import ThresholdController
+from tiers.semantic.tier import OFF_LOOP_MIN_VECTORS, SemanticTier
 from tiers.stats import CacheStats
-from tiers.thresholds import ThresholdController
 
 
 async def test_a_large_partition_finds_the_paraphrase_and_refuses_the_negation(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.errors import CorruptEntry
-from normalize.lemmas import Analysis, LemmaAnalyzer, Quantity
-from normalize.meaning import WIRE_VERSION
+from normalize.meaning.lemmas import Analysis, LemmaAnalyzer, Quantity
+from normalize.meaning.signature import WIRE_VERSION
 
 
 def test_skeleton_is_sorted_content_lemmas(analyzer: LemmaAnalyzer) -> None:

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from core.errors import RateLimited
-from proxy.admission import AdmissionControl
+from proxy.answering.admission import AdmissionControl
 from tests.conftest import ProxyFactory
 from tests.resilience.client import ask
 from tests.support.stub_upstream import Behaviour, StubUpstream

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from proxy.flight import Flight, FlightChunk, FlightEnd, FlightHead, FlightRegistry
+from proxy.answering.flights import Flight, FlightChunk, FlightEnd, FlightHead, FlightRegistry
 
 
 class ScriptedCall:

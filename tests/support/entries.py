@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from normalize.request import Route
+from normalize.keys.request import Route
 from tiers.base import Entry
 
 TAG = "0" * 16  # a partition tag (the first 16 hex digits of the partition hash)

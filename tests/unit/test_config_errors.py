@@ -12,7 +12,7 @@ import pytest
 from core.config import SEMANTIC_LANGUAGES
 from core.config_loader import load_config
 from core.errors import ConfigError
-from normalize.language import LanguageGate
+from normalize.meaning.language import LanguageGate
 
 _OFF = {"semantic": {"enabled": False}}
 _KEYS = {"proxy": {"api_keys": ["client-key"]}}
@@ -36,7 +36,8 @@ BAD: list[tuple[str, dict[str, Any]]] = [
     ("semantic.answer_margin", {"semantic": {"answer_margin": 2}}),
     ("semantic.max_moved_phrases", {"semantic": {"max_moved_phrases": -1}}),
     ("guardrails.injection_patterns[1]", {"guardrails": {"injection_patterns": ["ok", "(x"]}}),
-    # Valid alone, but not inside the one alternation the screen compiles (normalize/screen.py).
+    # Valid alone, but not inside the one alternation the screen compiles
+    # (normalize/keys/screen.py).
     ("guardrails.injection_patterns", {"guardrails": {"injection_patterns": ["(?i)secret"]}}),
     (
         "guardrails.injection_patterns",

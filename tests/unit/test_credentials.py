@@ -13,9 +13,9 @@ from multidict import CIMultiDict
 from core.config import CacheConfig, ProxyConfig
 from core.config_loader import build_config, validate
 from core.errors import ConfigError
-from normalize.fingerprint import ANONYMOUS_TENANT, SHARED_TENANT, TenantHasher
-from proxy.auth import presented_key
-from proxy.credentials import CredentialRule
+from normalize.keys.fingerprint import ANONYMOUS_TENANT, SHARED_TENANT, TenantHasher
+from proxy.http.client_auth import presented_key
+from proxy.protocol.credentials import CredentialRule
 
 
 def rule(*extra: str, shared: bool = False) -> CredentialRule:

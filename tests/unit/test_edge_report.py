@@ -13,11 +13,11 @@ import pytest
 from aiohttp import web
 
 from core.errors import WorkerUnavailable
-from proxy.edge_report import REPORT_PATH, EdgeReport, EdgeReportReceiver
-from proxy.worker_link import WorkerLink
+from proxy.answering.feedback import ServedRecord, ServedRequests
+from proxy.edge.report import REPORT_PATH, EdgeReport, EdgeReportReceiver
+from proxy.edge.worker_link import WorkerLink
 from tests.support.unix_server import UnixServer
 from tiers.base import MatchKind
-from tiers.feedback import ServedRecord, ServedRequests
 from tiers.stats import CacheStats
 
 

@@ -10,8 +10,8 @@ import faiss
 import numpy as np
 import pytest
 
-from tiers.faiss_thread import FaissThread
-from tiers.vector_index import VectorIndex
+from tiers.semantic.faiss_thread import FaissThread
+from tiers.semantic.vector_index import VectorIndex
 
 
 def settings() -> tuple[int, int, int, str]:

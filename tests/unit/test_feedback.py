@@ -9,14 +9,14 @@ import pytest
 
 from core.clock import ManualClock
 from core.config import LruKConfig, TtlConfig, VerifyConfig
+from proxy.answering.feedback import FeedbackService, ServedRecord, ServedRequests
 from tests.support.entries import TAG, make_entry
 from tiers.base import Entry, MatchKind
-from tiers.feedback import FeedbackService, ServedRecord, ServedRequests
 from tiers.lru_k import LruKTier
+from tiers.policies.thresholds import ThresholdController
+from tiers.policies.ttl import TtlPolicy
 from tiers.service import CacheService
 from tiers.stats import CacheStats
-from tiers.thresholds import ThresholdController
-from tiers.ttl import TtlPolicy
 
 
 class World:

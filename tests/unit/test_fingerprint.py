@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from normalize.fingerprint import EXCLUDED_FIELDS, TenantHasher, fingerprint
-from normalize.request import Route
-from normalize.text import canonical_text
+from normalize.keys.fingerprint import EXCLUDED_FIELDS, TenantHasher, fingerprint
+from normalize.keys.request import Route
+from normalize.keys.text import canonical_text
 
 BASE: dict[str, Any] = {
     "model": "gpt-x",

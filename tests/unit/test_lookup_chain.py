@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from core.clock import ManualClock
 from core.config import LruKConfig
-from normalize.features import NoFeatures
-from normalize.request import CacheRequest, Route
+from normalize.keys.request import CacheRequest, Route
+from normalize.prompt_features import NoFeatures
 from tests.support.entries import TAG, make_entry
 from tiers.base import Entry, MatchKind, TierName
 from tiers.lru_k import LruKTier

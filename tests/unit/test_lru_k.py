@@ -11,7 +11,7 @@ from core.config import LruKConfig
 from tests.support.entries import make_entry
 from tiers.base import Entry
 from tiers.lru_k import LruKTier
-from tiers.lru_k_policy import LruKPolicy
+from tiers.policies.lru_k import LruKPolicy
 
 TAG = "0" * 16
 

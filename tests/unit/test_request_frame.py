@@ -10,9 +10,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from core.errors import InvalidRequest
-from proxy.access_log import NoAccessLog
-from proxy.request_frame import RequestFrame
-from proxy.request_ledger import RequestLedger
+from proxy.http.access_log import NoAccessLog
+from proxy.http.request_frame import RequestFrame
+from proxy.http.request_ledger import RequestLedger
 
 
 class Observed:

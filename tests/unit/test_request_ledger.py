@@ -10,9 +10,9 @@ import time
 import orjson
 
 from core.loop_turns import LoopTurns
-from proxy.access_log import AccessLog, NoAccessLog
-from proxy.context import CacheOutcome, RequestContext
-from proxy.request_ledger import RequestLedger
+from proxy.http.access_log import AccessLog, NoAccessLog
+from proxy.http.request_context import CacheOutcome, RequestContext
+from proxy.http.request_ledger import RequestLedger
 from tests.support.waiting import wait_until
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from core.clock import ManualClock
 from core.config import UpstreamConfig
-from proxy.retry_policy import RetryPolicy, quota_exhausted, retry_after_s
+from proxy.upstream.retry_policy import RetryPolicy, quota_exhausted, retry_after_s
 
 NOW_S = 1_700_000_000.0
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from normalize.request import Route
-from proxy.sse import CompletionAssembler, SseParser, replay_chunks
+from normalize.keys.request import Route
+from proxy.protocol.sse import CompletionAssembler, SseParser, replay_chunks
 
 STREAM = (
     b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,'

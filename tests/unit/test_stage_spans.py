@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from proxy.app import create_app
+from proxy.composition.app import create_app
 from tests.conftest import make_config
 from tests.support.stub_upstream import StubUpstream
 

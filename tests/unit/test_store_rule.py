@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.store_rule import StoreRule
+from proxy.answering.store_rule import StoreRule
 
 
 def completion(*reasons: Any) -> dict[str, Any]:

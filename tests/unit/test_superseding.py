@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from core.clock import ManualClock
 from core.config import LruKConfig
-from normalize.features import NoFeatures
-from normalize.request import CacheRequest, Route
+from normalize.keys.request import CacheRequest, Route
+from normalize.prompt_features import NoFeatures
 from tests.support.entries import TAG, make_entry
 from tiers.base import Entry
 from tiers.lru_k import LruKTier
 from tiers.replication import EventKind, ReplicationEvent
-from tiers.semantic_base import NullSemanticIndex
+from tiers.semantic.protocol import NullSemanticIndex
 from tiers.service import CacheService
 from tiers.stats import CacheStats
 

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from core.config import TtlConfig
-from tiers.ttl import (
+from tiers.policies.ttl import (
     AnswerCertainty,
     TtlPolicy,
     certainty_from_chat_logprobs,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiers.vector_index import PART_VECTORS, VectorIndex, best_of
+from tiers.semantic.vector_index import PART_VECTORS, VectorIndex, best_of
 
 DIM = 16
 

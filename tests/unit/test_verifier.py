@@ -19,18 +19,18 @@ from core.clock import ManualClock
 from core.config import LruKConfig, UpstreamConfig, VerifyConfig
 from core.errors import DejaError
 from fallback.breaker import AlwaysClosedBreaker
-from proxy.admission import AdmissionControl
-from proxy.answers import AnswerEmbedder, Verdict, answer_of, compare_answers
-from proxy.upstream import UpstreamClient, UpstreamRequest
-from proxy.upstream_gate import UpstreamGate
-from proxy.verifier import Verifier
+from proxy.answering.admission import AdmissionControl
+from proxy.answering.answer_agreement import AnswerEmbedder, Verdict, answer_of, compare_answers
+from proxy.answering.gate import UpstreamGate
+from proxy.answering.verifier import Verifier
+from proxy.upstream.client import UpstreamClient, UpstreamRequest
 from tests.support.entries import TAG, make_entry
 from tests.support.stub_upstream import StubUpstream
 from tiers.base import Lookup, MatchKind, TierName
 from tiers.lru_k import LruKTier
+from tiers.policies.thresholds import ThresholdController
 from tiers.service import CacheService
 from tiers.stats import CacheStats
-from tiers.thresholds import ThresholdController
 
 
 def chat(content: str | None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -16,11 +16,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 
-from proxy.access_log import NoAccessLog
-from proxy.context import CONTEXT, RequestContext
-from proxy.request_frame import RequestFrame
-from proxy.request_ledger import RequestLedger
-from proxy.worker_link import WorkerLink
+from proxy.edge.worker_link import WorkerLink
+from proxy.http.access_log import NoAccessLog
+from proxy.http.request_context import CONTEXT, RequestContext
+from proxy.http.request_frame import RequestFrame
+from proxy.http.request_ledger import RequestLedger
 from tests.support.unix_server import UnixServer
 
 

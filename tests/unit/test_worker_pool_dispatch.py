@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from core.config import SemanticConfig
-from normalize.feature_process import (
+from normalize.runtime.model_processes import (
     BACKGROUND_MAX,
     EMBED,
     FeatureWorkerUnavailable,

@@ -1,0 +1,110 @@
+"""Prompt features from the configured spaCy and sentence-transformers models.
+
+Both models run in a child process (normalize/runtime/model_processes.py), so the proxy's event loop
+never waits on them. A prompt's analysis and embedding are asked for together, once, the first
+time the cache needs either (after the exact key missed everywhere), and reused when the answer
+is stored. Prompts the English pipeline cannot read (another script, longer than
+`semantic.analysis_max_chars`) get exact matches only, as does everything while the models are
+loading or if the feature process has failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import numpy as np
+
+from core.config import SemanticConfig
+from normalize.keys.fingerprint import lemma_key
+from normalize.keys.request import CacheRequest
+from normalize.meaning.language import LanguageGate
+from normalize.prompt_features import NoFeatures, PromptAnalysis, PromptFeatures
+from normalize.runtime.model_processes import FeatureProcess, FeatureWorkerUnavailable, ParsedPrompt
+
+_log = logging.getLogger("deja.features")
+
+
+class SemanticFeatureSource:
+    def __init__(self, config: SemanticConfig) -> None:
+        self._config = config
+        self._process = FeatureProcess(config)
+        self._gate = LanguageGate(config.languages)
+
+    @property
+    def ready(self) -> bool:
+        return self._process.ready
+
+    @property
+    def process(self) -> FeatureProcess:
+        return self._process
+
+    @property
+    def dim(self) -> int:
+        return self._process.dim
+
+    async def start(self) -> None:
+        await self._process.start()
+
+    async def close(self) -> None:
+        await self._process.close()
+
+    async def embed(self, text: str) -> np.ndarray:
+        """An embedding of an answer (the verifier and the semantic tier compare answers with
+        it): background work, queued behind every prompt a lookup waits for."""
+        return await self._process.embed(text, background=True)
+
+    def for_request(self, request: CacheRequest, loose_matching: bool) -> PromptFeatures:
+        text = request.prompt_text
+        if not loose_matching or text is None or not self._process.ready:
+            return NoFeatures()
+        # The language check waits until an exact miss asks for it: exact hits never pay.
+        return _LazyFeatures(self, request.partition, text)
+
+    def readable(self, text: str) -> bool:
+        """Whether the configured pipeline can analyse `text` (language, length)."""
+        return len(text) <= self._config.analysis_max_chars and self._gate.supports(text)
+
+    def prompt_analysis(self, partition: str, parsed: ParsedPrompt) -> PromptAnalysis:
+        key = lemma_key(partition, parsed.key_material) if self._config.lemma_key else None
+        return PromptAnalysis(parsed.analysis, key, parsed.wire)
+
+
+class _LazyFeatures:
+    def __init__(self, source: SemanticFeatureSource, partition: str, text: str) -> None:
+        self._source = source
+        self._partition = partition
+        self._text = text
+        self._work: asyncio.Task[tuple[ParsedPrompt, np.ndarray] | None] | None = None
+        self._allowed: bool | None = None
+
+    def semantic_allowed(self) -> bool:
+        if self._allowed is None:
+            self._allowed = self._source.readable(self._text)
+        return self._allowed
+
+    async def analysis(self) -> PromptAnalysis | None:
+        both = await self._both()
+        if both is None or not both[0].analysis.analysable:
+            return None
+        return self._source.prompt_analysis(self._partition, both[0])
+
+    async def vector(self) -> np.ndarray | None:
+        both = await self._both()
+        return None if both is None else both[1]
+
+    async def _both(self) -> tuple[ParsedPrompt, np.ndarray] | None:
+        if not self.semantic_allowed():
+            return None
+        if self._work is None:
+            self._work = asyncio.get_running_loop().create_task(self._compute())
+        # Shielded: the flight that stores the answer may still need it after this caller left.
+        return await asyncio.shield(self._work)
+
+    async def _compute(self) -> tuple[ParsedPrompt, np.ndarray] | None:
+        try:
+            return await self._source.process.analyze(self._text)
+        except FeatureWorkerUnavailable as exc:
+            # Exact matches still work; the request goes on without loose matching.
+            _log.debug("no features for this prompt: %s", exc)
+            return None

@@ -1,0 +1,42 @@
+"""Which finished answers may be stored, by how their choices ended: one rule, built once from
+`cache.store_truncated`, for every path that stores (a miss's answer, a warm-up line, a
+verification's fresh answer).
+
+`stop` and `tool_calls` are complete answers. `length` is an answer cut at `max_tokens`: the key
+holds `max_tokens` (normalize/keys/fingerprint.py: every field but a closed list is in the
+partition, and semantic matches stay inside it), so the upstream would cut a repeat of the same
+request the same way, and storing it saves that repeat; its `finish_reason` is served as it came.
+`cache.store_truncated: false` stores complete answers only. `content_filter`, a choice without a
+finish reason, and an answer without choices are never stored. Whether the answer arrived whole at
+all (a 2xx, a stream that ended with `[DONE]`, no error event, every event JSON) is the caller's to
+check before it asks this rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.protocol.sse import CLEAN_FINISH, TRUNCATED_FINISH
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRule:
+    store_truncated: bool = True
+
+    def refusal(self, completion: Any) -> str | None:
+        """None when this completion may be stored; else why not, as `CacheStats.not_stored`
+        names it (`no_choices`, `unfinished`, or the offending finish reason)."""
+        choices = completion.get("choices") if isinstance(completion, dict) else None
+        if not isinstance(choices, list) or not choices:
+            return "no_choices"
+        for choice in choices:
+            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+            if reason is None:
+                return "unfinished"
+            if reason in CLEAN_FINISH:
+                continue
+            if reason == TRUNCATED_FINISH and self.store_truncated:
+                continue
+            return str(reason)
+        return None

@@ -1,0 +1,121 @@
+"""Warm-up: storing known request/answer pairs before traffic asks for them.
+
+Each JSONL line is `{"request": <full request body>, "response": <completion>, "namespace"?: str,
+"api_key"?: str, "headers"?: {credential header: value}}`. The request is validated and keyed
+exactly as live traffic would be, under the tenant of the requests it stands for: `api_key` a bare
+key, standing for `Authorization: Bearer <key>`; `headers` the credential headers themselves
+(Azure's `api-key`, say); neither, the anonymous tenant (proxy/protocol/credentials.py). The answer
+must be one a live miss would store (proxy/answering/store_rule.py: every choice finished with stop
+or tool_calls, or length unless `cache.store_truncated` is off), and the entry is stored through
+every tier and indexed for semantic search, so later paraphrases hit too. Logprobs in the answer set
+its TTL and are kept only when the request asked for them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import DejaError, InvalidRequest
+from normalize.keys.fingerprint import fingerprint
+from normalize.keys.request import Route
+from normalize.keys.screen import PromptScreen
+from normalize.prompt_features import FeatureSource
+from proxy.answering.entry_builder import EntryBuilder, asked_logprobs
+from proxy.answering.store_rule import StoreRule
+from proxy.http.body import validate
+from proxy.protocol.credentials import CredentialRule
+from proxy.protocol.directives import parse_directives
+from tiers.service import CacheService
+
+
+class NotReadyForWarmUp(DejaError):
+    """503: the semantic models are still loading. Entries stored now would get no embedding
+    and could never be found by a paraphrase, so warm-up waits for /readyz."""
+
+    status = 503
+    code = "not_ready"
+
+
+@dataclass(frozen=True, slots=True)
+class WarmUpResult:
+    line: int
+    entry_id: str | None = None
+    error: str | None = None
+
+
+class WarmUp:
+    def __init__(
+        self,
+        service: CacheService,
+        entries: EntryBuilder,
+        credentials: CredentialRule,
+        features: FeatureSource,
+        screen: PromptScreen,
+        max_messages: int,
+        store_rule: StoreRule,
+    ) -> None:
+        self._store_rule = store_rule
+        self._service = service
+        self._entries = entries
+        self._credentials = credentials
+        self._features = features
+        self._screen = screen
+        self._max_messages = max_messages
+
+    async def store(self, number: int, item: Any) -> WarmUpResult:
+        try:
+            entry_id = await self._store(item)
+        except DejaError as exc:
+            return WarmUpResult(number, error=exc.message)
+        return WarmUpResult(number, entry_id=entry_id)
+
+    async def _store(self, item: Any) -> str:
+        if not isinstance(item, dict):
+            raise InvalidRequest("each line must be a JSON object with 'request' and 'response'")
+        request, response = item.get("request"), item.get("response")
+        if not isinstance(request, dict) or not isinstance(response, dict):
+            raise InvalidRequest("'request' and 'response' must both be JSON objects")
+        route = Route.CHAT if "messages" in request else Route.COMPLETIONS
+        validate(route, request, self._max_messages)
+        namespace = parse_directives(
+            {"X-Deja-Namespace": str(item.get("namespace") or "")}
+        ).namespace
+        creq = fingerprint(route, request, self._tenant(item), namespace)
+        if self._screen.suspicious(request):
+            raise InvalidRequest("the prompt matches an injection pattern; it is never stored")
+        refusal = self._store_rule.refusal(response)
+        if refusal == "no_choices":
+            raise InvalidRequest("'response' must be a completion with choices")
+        if refusal is not None:
+            reasons = [
+                c.get("finish_reason") if isinstance(c, dict) else None for c in response["choices"]
+            ]
+            raise InvalidRequest(
+                f"this answer is not one a live miss would store (finish_reason {reasons})"
+            )
+        features = self._features.for_request(creq, loose_matching=True)
+        entry_id = f"{creq.tag}-{secrets.token_hex(8)}"
+        # Served to requests like this one: logprobs it did not ask for are not kept, as on a
+        # live miss (they still set the TTL).
+        entry = await self._entries.build(
+            entry_id, creq, response, features, None, not asked_logprobs(route, request)
+        )
+        if entry is None:
+            raise InvalidRequest("the answer is larger than cache.max_entry_bytes")
+        await self._service.store(entry)
+        answer = await self._entries.answer_vector(entry, response)
+        if answer is not None:
+            await self._service.attach_answer_vector(entry_id, answer)
+        return entry_id
+
+    def _tenant(self, item: dict[str, Any]) -> str:
+        api_key = item.get("api_key")
+        if api_key is not None and not isinstance(api_key, str):
+            raise InvalidRequest("'api_key' must be a string")
+        if "headers" not in item:
+            return self._credentials.tenant_of_key(api_key)
+        if api_key is not None:
+            raise InvalidRequest("give 'api_key' or 'headers', not both")
+        return self._credentials.tenant(self._credentials.named(item["headers"], "headers"))

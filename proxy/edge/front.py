@@ -1,0 +1,214 @@
+"""Edge mode's front: exact hits served here, everything else relayed to the worker process.
+
+    client ─▶ front (this process, the public port)
+                read (auth, body, directives, exact key) ─▶ LRU-K ─▶ Redis ─hit─▶ answer
+                └ anything else ─▶ worker (`deja serve` on a unix socket) ─▶ its answer, as is
+
+Why: the exact hits' tail under semantic load is the semantic requests' own Python on the same
+event loop (their HTTP handling, upstream calls and stores, in steps of 0.1-0.3 ms that a hit
+arriving mid-step waits out). In a process of its own, at idle priority, that work is preempted
+by the kernel the moment a hit arrives (README, "Edge mode").
+
+The front holds no semantic index, starts no models and never stores: it reads the entries the
+worker writes from Redis (`server.edge` requires it) into its own LRU-K, and follows the
+replication stream so that deletions, invalidations, feedback and refreshed answers reach its
+LRU-K as they reach any replica's. What it serves it reports to the worker (proxy/edge/report.py),
+whose metrics, stats, access log and feedback count both processes. `/healthz` is the front's;
+every other route, `/readyz` and `/metrics` included, is the worker's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable
+
+from aiohttp import web
+
+from core.clock import Clock, SystemClock
+from core.config import CacheConfig, DejaConfig
+from core.errors import WorkerUnavailable
+from core.tracing import StageTracer
+from normalize.keys.request import Route
+from normalize.keys.screen import PromptScreen
+from normalize.prompt_features import NoFeatureSource
+from proxy.composition.app import settle_collector
+from proxy.edge.report import EdgeReport
+from proxy.edge.worker_link import WorkerLink
+from proxy.edge.worker_process import WorkerProcess
+from proxy.http.access_log import AccessLog, NoAccessLog
+from proxy.http.body import read_body
+from proxy.http.client_auth import ClientAuth
+from proxy.http.hit_writer import HitWriter, describe_lookup
+from proxy.http.request_context import CONTEXT, RequestContext
+from proxy.http.request_frame import RequestFrame
+from proxy.http.request_ledger import RequestLedger
+from proxy.http.request_reader import RequestReader
+from proxy.http.telemetry import build_tracer, shutdown_tracer
+from proxy.protocol.credentials import CredentialRule
+from tiers.base import CacheTier
+from tiers.lru_k import LruKTier
+from tiers.redis_connection import RedisConnection
+from tiers.redis_tier import RedisTier
+from tiers.replication import StreamReplication
+from tiers.semantic.protocol import NullSemanticIndex
+from tiers.service import CacheService
+from tiers.stats import CacheStats
+
+# Relayed requests that read what the front reports: its report goes first.
+_READS_REPORTS = ("/admin/", "/metrics")
+
+
+class EdgeCompletions:
+    """The two cached routes at the front: a fresh exact hit is answered, the rest relayed."""
+
+    def __init__(
+        self,
+        cache: CacheConfig,
+        reader: RequestReader,
+        service: CacheService,
+        hits: HitWriter,
+        link: WorkerLink,
+        tracer: StageTracer,
+    ) -> None:
+        self._tracer = tracer
+        self._cache_completions = cache.cache_completions
+        self._reader = reader
+        self._service = service
+        self._hits = hits
+        self._link = link
+
+    def chat(self, request: web.Request) -> Awaitable[web.StreamResponse]:
+        return self.handle(request, Route.CHAT, request[CONTEXT])
+
+    def completions(self, request: web.Request) -> Awaitable[web.StreamResponse]:
+        return self.handle(request, Route.COMPLETIONS, request[CONTEXT])
+
+    async def handle(
+        self, request: web.Request, route: Route, ctx: RequestContext
+    ) -> web.StreamResponse:
+        with self._tracer.span("deja.read"):
+            read = await self._reader.read(request, route)
+        creq = read.cache
+        ctx.tenant = creq.tenant
+        if (route is Route.CHAT or self._cache_completions) and read.directives.lookup:
+            with self._tracer.span("deja.lookup") as span:
+                outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
+                describe_lookup(span, outcome)
+            if outcome.hit is not None:
+                return await self._hits.write(request, ctx, creq, outcome.hit)
+        return await self._link.forward(request, ctx, read.raw)
+
+
+class FrontRecorder:
+    """The front's request recorder: what it answered itself goes to its ledger (access log,
+    and the report's metric observations); what it relayed, the worker records."""
+
+    def __init__(self, ledger: RequestLedger) -> None:
+        self._ledger = ledger
+
+    def record(self, method: str, ctx: RequestContext, status: int, elapsed_s: float) -> None:
+        if not ctx.relayed:
+            self._ledger.record(method, ctx, status, elapsed_s)
+
+
+class EdgeRelay:
+    """Every other route: the worker's answer."""
+
+    def __init__(
+        self, link: WorkerLink, ledger: RequestLedger, report: EdgeReport, max_body_bytes: int
+    ) -> None:
+        self._link = link
+        self._ledger = ledger
+        self._report = report
+        self._max_body_bytes = max_body_bytes
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def relay(self, request: web.Request) -> web.StreamResponse:
+        ctx = request[CONTEXT]
+        body = await read_body(request, self._max_body_bytes)
+        if request.path.startswith(_READS_REPORTS):
+            self._ledger.drain()
+            await self._report.flush()
+        try:
+            return await self._link.forward(request, ctx, body)
+        except WorkerUnavailable:
+            if request.path != "/readyz":
+                raise
+            # Readiness keeps its own shape: starting, not an error object.
+            report = {"status": "starting", "worker": "not answering yet"}
+            return web.Response(
+                status=503, body=json.dumps(report).encode(), content_type="application/json"
+            )
+
+
+def create_edge_app(
+    config: DejaConfig, link: WorkerLink, worker: WorkerProcess | None, clock: Clock | None = None
+) -> web.Application:
+    """The front's composition root (the worker's is proxy/composition/app.py's create_app).
+    `worker` is
+    started and stopped with the app; None when something else runs it (tests)."""
+    assert config.redis.url, "config validation requires redis.url with server.edge"
+    clock = clock or SystemClock()
+    stats = CacheStats()
+    local: list[CacheTier] = [LruKTier(config.lru_k, clock)] if config.lru_k.enabled else []
+    redis = RedisConnection(config.redis)
+    redis_tier = RedisTier(redis, config.redis)
+    service = CacheService([*local, redis_tier], clock, stats)
+    replication = StreamReplication(
+        redis, redis_tier, config.redis, local, NullSemanticIndex(), indexes=False
+    )
+    credential_rule = CredentialRule(config.proxy, config.cache)
+    auth = ClientAuth(config.proxy, config.upstream, credential_rule)
+    screen = PromptScreen(config.guardrails.injection_patterns)
+    reader = RequestReader(config.server, auth, credential_rule, screen, NoFeatureSource())
+    report = EdgeReport(link, stats, served_enabled=bool(config.admin.token))
+    access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
+    ledger = RequestLedger(report, access_log)
+    # The front's spans are its own (a relayed request's stages are the worker's spans).
+    tracer = build_tracer(config.telemetry)
+    completions = EdgeCompletions(
+        config.cache, reader, service, HitWriter(config.pricing, report, clock, stats), link, tracer
+    )
+    relay = EdgeRelay(link, ledger, report, config.server.max_passthrough_bytes)
+
+    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    frame = RequestFrame(app, FrontRecorder(ledger), tracer)
+    frame.route("/v1/chat/completions", "chat", completions.chat, methods=["POST"])
+    frame.route("/v1/completions", "completions", completions.completions, methods=["POST"])
+    frame.route("/healthz", "healthz", relay.healthz, methods=["GET"])
+    frame.route("/{tail:.*}", "relayed", relay.relay)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        if worker is not None:
+            worker.start()
+        await link.start()
+        await redis.start()
+        loop = asyncio.get_running_loop()
+        tasks = [
+            loop.create_task(replication.follow(), name="deja-edge-replication"),
+            loop.create_task(report.run(), name="deja-edge-report"),
+        ]
+        if worker is not None:
+            tasks.append(loop.create_task(worker.watch(), name="deja-edge-worker-watch"))
+        settle_collector()  # as the whole proxy does once started (proxy/composition/app.py)
+        yield
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await ledger.close()
+        await report.flush()  # what the front served last still counts
+        if worker is not None:
+            await worker.stop(config.server.shutdown_grace_s)
+        await link.close()
+        await redis.close()
+        shutdown_tracer(tracer)
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

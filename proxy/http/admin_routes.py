@@ -1,0 +1,306 @@
+"""The admin REST API under /admin/v1/ (on the proxy's port).
+
+Guarded by a bearer token (`admin.token`), compared in constant time; without one configured the
+whole API answers 404. `POST feedback` also accepts a client's own credentials, in any form a
+completion request may carry them (proxy/protocol/credentials.py), for entries of its own tenant
+only, so applications can report on answers without the admin token; another tenant's entry is
+answered as not found (nothing about it is revealed).
+
+    POST   feedback          {"entry_id" | "request_id", "signal": "useful" | "irrelevant" | n}
+    GET    entries/{id}      the entry: metadata and the stored completion
+    DELETE entries/{id}      delete it from every tier and replica
+    POST   invalidate        {"tenant_key" | "tenant_headers" | "tenant", "namespace", "model"}
+                             or {"all": true}
+    GET    stats             hits by tier and match, sizes, savings, the false-hit estimate
+    POST   warmup            JSONL of {"request", "response", "namespace"?, "api_key"? | "headers"?}
+    GET    openapi.json      this API, described
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from core.errors import AuthenticationFailed, InvalidRequest, NotFound
+from proxy.answering.feedback import FeedbackService
+from proxy.answering.warmup import NotReadyForWarmUp, WarmUp
+from proxy.composition.parts import Deja
+from proxy.http.admin_openapi import admin_openapi
+from proxy.http.body import parse_json_object
+from proxy.http.client_auth import ClientAuth, bearer_token
+from proxy.http.request_frame import RequestFrame
+from proxy.protocol.credentials import CredentialRule
+from tiers.base import Entry, Invalidation
+
+PREFIX = "/admin/v1"
+NDJSON = "application/x-ndjson"
+
+
+class AdminRoutes:
+    def __init__(
+        self,
+        deja: Deja,
+        feedback: FeedbackService,
+        warmup: WarmUp,
+        auth: ClientAuth,
+        rule: CredentialRule,
+    ) -> None:
+        assert deja.config.admin.token, "the admin API is only mounted with a token"
+        self._deja = deja
+        self._token = deja.config.admin.token.encode()
+        self._feedback = feedback
+        self._warmup = warmup
+        self._auth = auth
+        self._rule = rule
+
+    def register(self, frame: RequestFrame) -> None:
+        frame.route(f"{PREFIX}/feedback", "admin", self.feedback, methods=["POST"])
+        frame.route(
+            f"{PREFIX}/entries/{{entry_id}}", "admin", self.entry, methods=["GET", "DELETE"]
+        )
+        frame.route(f"{PREFIX}/invalidate", "admin", self.invalidate, methods=["POST"])
+        frame.route(f"{PREFIX}/stats", "admin", self.stats, methods=["GET"])
+        frame.route(f"{PREFIX}/warmup", "admin", self.warmup, methods=["POST"])
+        frame.route(f"{PREFIX}/openapi.json", "admin", self.openapi, methods=["GET"])
+
+    # --- auth --------------------------------------------------------------------------------
+
+    def _is_admin(self, request: web.Request) -> bool:
+        token = bearer_token(request.headers)
+        return token is not None and hmac.compare_digest(token.encode(), self._token)
+
+    def _require_admin(self, request: web.Request) -> None:
+        if not self._is_admin(request):
+            raise AuthenticationFailed("the admin API needs 'Authorization: Bearer <admin token>'")
+
+    def _caller_tenant(self, request: web.Request) -> str | None:
+        """None for the admin; else the tenant of the client's credentials, read and checked
+        as on a completion request (401 without any)."""
+        if self._is_admin(request):
+            return None
+        credentials = self._auth.credentials(request.headers)
+        if not credentials:
+            raise AuthenticationFailed("send the admin token or your own API key")
+        return self._rule.tenant(credentials)
+
+    # --- routes ------------------------------------------------------------------------------
+
+    async def feedback(self, request: web.Request) -> web.Response:
+        tenant = self._caller_tenant(request)
+        body = parse_json_object(await request.read())
+        signal = _signal(body.get("signal"))
+        served = None
+        if isinstance(body.get("request_id"), str):
+            served = self._deja.served.get(body["request_id"], tenant)
+            if served is None:
+                raise NotFound(
+                    f"no cached answer is known for request {body['request_id']!r} on this replica"
+                )
+            entry_id = served.entry_id
+        elif isinstance(body.get("entry_id"), str):
+            entry_id = body["entry_id"]
+        else:
+            raise InvalidRequest("give 'entry_id' or 'request_id' (a string)")
+        entry = await self._entry_for(entry_id, tenant)
+        outcome = await self._feedback.apply(entry, signal, served)
+        return _json(
+            {
+                "entry_id": outcome.entry_id,
+                "evicted": outcome.evicted,
+                "feedback": list(outcome.feedback),
+                "feedback_sum": round(sum(outcome.feedback), 6),
+                "ttl_s": round(outcome.ttl_s, 3),
+                "threshold": self._deja.thresholds.effective(outcome.threshold),
+            }
+        )
+
+    async def entry(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        entry_id = request.match_info["entry_id"]
+        if request.method == "DELETE":
+            if not await self._deja.service.delete(entry_id):
+                raise NotFound(f"no entry {entry_id!r}")
+            return _json({"entry_id": entry_id, "deleted": True})
+        return _json(self._describe(await self._entry_for(entry_id, None)))
+
+    async def invalidate(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        body = parse_json_object(await request.read())
+        selector = self._selector(body)
+        count = await self._deja.service.invalidate(selector)
+        return _json({"invalidated": count})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        return _json(await self._stats())
+
+    async def warmup(self, request: web.Request) -> web.StreamResponse:
+        self._require_admin(request)
+        if self._deja.features is not None and not self._deja.ready:
+            raise NotReadyForWarmUp("the semantic models are loading; retry when /readyz is 200")
+        response = web.StreamResponse(headers={"Content-Type": NDJSON})
+        await response.prepare(request)
+        stored = failed = number = 0
+        buffer = b""
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                number += 1
+                ok = await self._warm_line(response, number, line)
+                stored, failed = stored + (ok is True), failed + (ok is False)
+        if buffer.strip():
+            number += 1
+            ok = await self._warm_line(response, number, buffer)
+            stored, failed = stored + (ok is True), failed + (ok is False)
+        await response.write(
+            orjson.dumps({"summary": {"lines": number, "stored": stored, "failed": failed}}) + b"\n"
+        )
+        await response.write_eof()
+        return response
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        return _json(admin_openapi())
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    async def _warm_line(
+        self, response: web.StreamResponse, number: int, line: bytes
+    ) -> bool | None:
+        if not line.strip():
+            return None
+        try:
+            item = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            result = {"line": number, "error": f"not JSON: {exc}"}
+        else:
+            outcome = await self._warmup.store(number, item)
+            result = {
+                "line": number,
+                **(
+                    {"entry_id": outcome.entry_id} if outcome.entry_id else {"error": outcome.error}
+                ),
+            }
+        await response.write(orjson.dumps(result) + b"\n")
+        return "entry_id" in result
+
+    async def _entry_for(self, entry_id: str, tenant: str | None) -> Entry:
+        entry = await self._deja.service.get_entry(entry_id)
+        if entry is None or (tenant is not None and entry.tenant != tenant):
+            raise NotFound(f"no entry {entry_id!r}")
+        return entry
+
+    def _selector(self, body: dict[str, Any]) -> Invalidation:
+        if body.get("all") is True:
+            if set(body) - {"all"}:
+                raise InvalidRequest("'all' cannot be combined with other selectors")
+            return Invalidation()
+        for name in ("tenant_key", "tenant", "namespace", "model"):
+            if name in body and not isinstance(body[name], str):
+                raise InvalidRequest(f"'{name}' must be a string")
+        named = [name for name in ("tenant_key", "tenant_headers", "tenant") if name in body]
+        if len(named) > 1:
+            raise InvalidRequest(f"give one of {', '.join(repr(n) for n in named)}, not several")
+        tenant = body.get("tenant")
+        if "tenant_key" in body:
+            tenant = self._rule.tenant_of_key(body["tenant_key"])
+        elif "tenant_headers" in body:
+            tenant = self._rule.tenant(self._rule.named(body["tenant_headers"], "tenant_headers"))
+        selector = Invalidation(
+            tenant=tenant, namespace=body.get("namespace"), model=body.get("model")
+        )
+        if selector == Invalidation():
+            raise InvalidRequest(
+                "name what to invalidate (tenant_key, tenant_headers, tenant, namespace, model)"
+                ' or send {"all": true}'
+            )
+        return selector
+
+    def _describe(self, entry: Entry) -> dict[str, Any]:
+        now = self._deja.clock.time()
+        return {
+            "entry_id": entry.entry_id,
+            "route": str(entry.route),
+            "tenant": entry.tenant,
+            "namespace": entry.namespace,
+            "model": entry.model,
+            "stored_at": entry.stored_at,
+            "age_s": round(entry.age_s(now), 3),
+            "ttl_s": round(entry.ttl_s, 3),
+            "fresh": entry.is_fresh(now),
+            "expires_at": entry.expires_at,
+            "grace_ends_at": entry.hard_expires_at,
+            "confidence": entry.confidence,
+            "certainty": entry.certainty,
+            "feedback": list(entry.feedback),
+            "threshold": self._deja.thresholds.effective(entry.threshold),
+            "lemma_key": entry.lemma_key is not None,
+            "semantic": entry.vector is not None or entry.analysis is not None,
+            "completion": entry.completion(entry.entry_id, int(entry.stored_at)),
+        }
+
+    async def _stats(self) -> dict[str, Any]:
+        deja, s = self._deja, self._deja.stats
+        hits: dict[str, dict[str, int]] = {}
+        for (tier, match), n in s.hits.items():
+            hits.setdefault(tier, {})[match] = n
+        estimate = deja.thresholds.estimator.estimate()
+        breaker = deja.breaker.snapshot()
+        sizes: dict[str, Any] = {"semantic_entries": deja.semantic.size() if deja.semantic else 0}
+        if deja.lru is not None:
+            sizes["lru_k_entries"] = await deja.lru.count()
+            sizes["lru_k_bytes"] = deja.lru.bytes_used
+        return {
+            "requests": {
+                "hits": s.total_hits,
+                "misses": s.misses,
+                "bypasses": s.bypasses,
+                "hit_rate": s.hit_rate(),
+            },
+            "hits": hits,
+            "stores": s.stores,
+            "coalesced": s.coalesced,
+            "degraded": dict(s.degraded),
+            "not_stored": dict(s.not_stored),
+            "guard_rejections": dict(s.guard_rejections),
+            "evictions_by_feedback": s.evictions_by_feedback,
+            "sizes": sizes,
+            "saved": {
+                "prompt_tokens": s.prompt_tokens_saved,
+                "completion_tokens": s.completion_tokens_saved,
+                "usd": round(s.usd_saved, 6),
+            },
+            "false_hits": {
+                "verified": estimate.verified,
+                "wrong": estimate.wrong,
+                "rate": estimate.rate,
+                "interval_95": [estimate.low, estimate.high],
+                "target": deja.config.verify.target_false_hit_rate,
+                "global_threshold": deja.thresholds.global_threshold,
+                "complaints": deja.thresholds.complaints,
+                # Fresh answers of failed verifications stored for their prompts.
+                "fresh_answers_kept": deja.verifier.kept if deja.verifier is not None else 0,
+            },
+            "breaker": {"state": str(breaker.state), "trips": breaker.trips},
+            "redis": {
+                "configured": deja.redis is not None,
+                "available": deja.redis.available if deja.redis is not None else False,
+            },
+        }
+
+
+def _signal(value: Any) -> str | float:
+    if value in ("useful", "irrelevant"):
+        return str(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise InvalidRequest('\'signal\' must be "useful", "irrelevant" or a number')
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(payload), content_type="application/json")

@@ -1,0 +1,209 @@
+"""The cached completion routes' application logic: request → lookup → hit, flight or degrade.
+
+read (auth, body, directives, keys) ─▶ lookup (unless no-cache) ─hit─▶ serve the entry
+    ─miss─▶ join or start the flight for this exact key ─▶ serve the waiter as it asked
+             └ upstream failed / breaker open ─▶ degraded answer, or an error
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from core.clock import Clock
+from core.config import CacheConfig, UpstreamConfig
+from core.errors import DejaError
+from core.ids import IdSequence
+from core.loop_turns import LoopTurns
+from core.tracing import NoopTracer, StageTracer
+from fallback.degrade import Degrader
+from normalize.keys.request import CacheRequest, Route
+from proxy.answering.entry_builder import asked_logprobs
+from proxy.answering.feedback import ServedRecord, ServedRequests
+from proxy.answering.flight_call import CallPlan, UpstreamCaller
+from proxy.answering.flights import Flight, FlightRegistry
+from proxy.answering.verifier import Verifier
+from proxy.http.hit_writer import HitWriter, describe_lookup
+from proxy.http.request_context import CacheOutcome, RequestContext
+from proxy.http.request_reader import ReadRequest, RequestReader
+from proxy.http.responses import (
+    FlightWriter,
+    error_response,
+    json_response,
+    new_response_id,
+    write_replay,
+)
+from tiers.base import Lookup, MatchKind
+from tiers.service import CacheService, LookupOutcome
+from tiers.stats import CacheStats
+
+
+class CompletionHandler:
+    def __init__(
+        self,
+        cache: CacheConfig,
+        upstream: UpstreamConfig,
+        reader: RequestReader,
+        service: CacheService,
+        flights: FlightRegistry,
+        caller: UpstreamCaller,
+        degrader: Degrader,
+        verifier: Verifier,
+        served: ServedRequests,
+        clock: Clock,
+        stats: CacheStats,
+        turns: LoopTurns,
+        hits: HitWriter,
+        tracer: StageTracer | None = None,
+    ) -> None:
+        self._tracer = tracer or NoopTracer()
+        self._cache = cache
+        self._upstream = upstream
+        self._turns = turns
+        self._reader = reader
+        self._service = service
+        self._flights = flights
+        self._caller = caller
+        self._degrader = degrader
+        self._verifier = verifier
+        self._served = served
+        self._clock = clock
+        self._stats = stats
+        self._hits = hits
+        self._response_ids = IdSequence()
+
+    async def handle(
+        self, request: web.Request, route: Route, ctx: RequestContext
+    ) -> web.StreamResponse:
+        ctx.cache = CacheOutcome.BYPASS  # until a lookup happens
+        with self._tracer.span("deja.read"):
+            read = await self._reader.read(request, route)
+        creq = read.cache
+        ctx.tenant = creq.tenant
+        cacheable = route is Route.CHAT or self._cache.cache_completions
+        outcome = LookupOutcome()
+        looked_up = cacheable and read.directives.lookup
+        if looked_up:
+            with self._tracer.span("deja.lookup") as span:
+                outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
+                describe_lookup(span, outcome)
+            if outcome.hit is not None:
+                return await self._serve_hit(request, ctx, read, outcome.hit)
+            ctx.cache = CacheOutcome.MISS
+            self._stats.misses += 1
+        else:
+            self._stats.bypasses += 1
+        store = cacheable and read.directives.store and not read.suspicious
+        flight = self._flights.joinable(creq.exact_key) if looked_up else None
+        if flight is not None:
+            ctx.coalesced = True
+            self._stats.coalesced += 1
+        else:
+            plan = self._plan(read, store)
+            flight = Flight(
+                creq.exact_key, _new_entry_id(creq), creq.stream, store, plan.added_logprobs
+            )
+            self._flights.start(flight, lambda f: self._caller.run(f, plan), shared=looked_up)
+        if flight.will_store:
+            ctx.entry_id = flight.entry_id
+        if flight.will_store and self._served.enabled:
+            self._served.remember(
+                ctx.request_id, ServedRecord(flight.entry_id, creq.tenant, None, None)
+            )
+
+        async def degrade(error: DejaError) -> web.StreamResponse | None:
+            return await self._serve_degraded(request, ctx, read, outcome, looked_up, error)
+
+        with flight.attendance():
+            return await FlightWriter(request, ctx, creq, flight, degrade, self._turns).write()
+
+    async def _serve_hit(
+        self, request: web.Request, ctx: RequestContext, read: ReadRequest, lookup: Lookup
+    ) -> web.StreamResponse:
+        creq = read.cache
+        if lookup.match is MatchKind.SEMANTIC:
+            keep = None
+            if read.directives.store and not read.suspicious:
+
+                async def keep(fresh: dict[str, Any]) -> bool:
+                    # The verified prompt gets an entry of its own with the right answer.
+                    return await self._caller.store_answer(
+                        _new_entry_id(creq), creq, read.features, fresh
+                    )
+
+            self._verifier.maybe_verify(
+                lookup, lambda: read.upstream_request(_plain(read.body)), keep
+            )
+        return await self._hits.write(request, ctx, creq, lookup)
+
+    async def _serve_degraded(
+        self,
+        request: web.Request,
+        ctx: RequestContext,
+        read: ReadRequest,
+        outcome: LookupOutcome,
+        looked_up: bool,
+        error: DejaError,
+    ) -> web.StreamResponse | None:
+        creq = read.cache
+        answer = await self._degrader.answer(creq, read.features, outcome.stale, looked_up)
+        if answer is None:
+            unavailable = self._degrader.unavailable(error)
+            return error_response(unavailable, ctx) if unavailable is not error else None
+        now = self._clock.time()
+        ctx.cache, ctx.degraded, ctx.entry_id = CacheOutcome.DEGRADED, str(answer.kind), None
+        if answer.lookup is not None:
+            entry = answer.lookup.entry
+            ctx.tier, ctx.match = str(answer.lookup.tier), str(answer.lookup.match)
+            ctx.similarity = answer.lookup.similarity
+            ctx.entry_id, ctx.ttl_s, ctx.age_s = entry.entry_id, entry.ttl_s, entry.age_s(now)
+        self._stats.degraded[str(answer.kind)] += 1
+        completion = {
+            **answer.completion,
+            "id": new_response_id(creq.route, self._response_ids),
+            "created": int(now),
+        }
+        if creq.stream:
+            return await write_replay(request, ctx, completion, creq)
+        return json_response(orjson.dumps(completion), ctx)
+
+    def _plan(self, read: ReadRequest, store: bool) -> CallPlan:
+        creq, body = read.cache, read.body
+        upstream_body = dict(body)
+        if creq.stream:
+            # Always ask for usage: it is part of the stored answer. Clients that did not ask
+            # never see the extra chunk.
+            upstream_body["stream_options"] = {
+                **(body.get("stream_options") or {}),
+                "include_usage": True,
+            }
+        plain_body = dict(upstream_body)
+        added = store and self._upstream.request_logprobs and not asked_logprobs(creq.route, body)
+        if added:
+            k = self._upstream.top_logprobs
+            if creq.route is Route.CHAT:
+                upstream_body.update(logprobs=True, top_logprobs=k)
+            else:
+                upstream_body["logprobs"] = k
+        return CallPlan(
+            request=creq,
+            upstream=read.upstream_request(upstream_body),
+            features=read.features,
+            store=store,
+            store_ttl_cap_s=read.directives.store_ttl_cap_s,
+            added_logprobs=added,
+            plain_upstream=read.upstream_request(plain_body) if added else None,
+        )
+
+
+def _plain(body: dict[str, Any]) -> dict[str, Any]:
+    """The request as a verification sends it: not streamed."""
+    return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+
+
+def _new_entry_id(creq: CacheRequest) -> str:
+    # Starts with the partition tag so Redis finds the entry's slot from the id alone.
+    return f"{creq.tag}-{secrets.token_hex(8)}"

@@ -1,0 +1,58 @@
+"""/healthz, /readyz and /metrics.
+
+/healthz: the process is alive and serving HTTP. /readyz: 200 once everything the config
+enables is loaded (models, rebuilt indexes), else 503; its body reports Redis and breaker state,
+but a Redis or upstream outage does not fail it, because the proxy still serves through them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from proxy.http.request_frame import RequestFrame
+from proxy.http.request_ledger import RequestLedger
+from proxy.http.telemetry import Telemetry
+
+ReadinessReport = Callable[[], tuple[bool, dict[str, Any]]]
+
+
+class HealthRoutes:
+    def __init__(
+        self,
+        readiness: ReadinessReport,
+        telemetry: Telemetry,
+        ledger: RequestLedger,
+        metrics_enabled: bool,
+    ) -> None:
+        self._readiness = readiness
+        self._telemetry = telemetry
+        self._ledger = ledger
+        self._metrics_enabled = metrics_enabled
+
+    def register(self, frame: RequestFrame) -> None:
+        frame.route("/healthz", "healthz", self.healthz, methods=["GET"])
+        frame.route("/readyz", "readyz", self.readyz, methods=["GET"])
+        if self._metrics_enabled:
+            frame.route("/metrics", "metrics", self.metrics, methods=["GET"])
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready, report = self._readiness()
+        report = {"status": "ready" if ready else "starting", **report}
+        return web.Response(
+            status=200 if ready else 503,
+            body=json.dumps(report).encode(),
+            content_type="application/json",
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self._ledger.drain()  # requests finished since the last batch count in this scrape
+        return web.Response(
+            body=self._telemetry.metrics_text(), content_type="text/plain", charset="utf-8"
+        )

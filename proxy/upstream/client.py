@@ -1,0 +1,209 @@
+"""The pooled HTTP client to the model server: timeouts, retries, error translation.
+
+This module is the one place where aiohttp's client exceptions become Deja's UpstreamError family.
+Retries happen only inside `open()`, i.e. before the caller has seen any byte of a response, so
+nothing a client received is ever sent twice. Which outcomes are retried, and after how long, is
+`RetryPolicy`'s (proxy/upstream/retry_policy.py): connection failures and 5xx after a backoff,
+rate-limit 429s after their Retry-After; the caller says how a wait is spent (the gate gives up its
+admission slot meanwhile).
+
+The OpenAI paths are appended to `upstream.url` as the OpenAI SDKs append them to their
+`base_url`: `http://host/v1beta/openai` + `chat/completions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from core.clock import Clock, SystemClock
+from core.config import UpstreamConfig
+from core.errors import (
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
+from core.http_headers import HOP_BY_HOP
+from proxy.upstream.retry_policy import RATE_LIMITED, RetryPolicy, quota_exhausted
+
+# How the wait between two attempts is spent (seconds in, returns when the next may start).
+Pause = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    method: str
+    path: str  # relative to the base URL, e.g. "chat/completions"
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    query: str = ""
+
+
+class UpstreamResponse:
+    """An open upstream response; the caller must `release()` it (or use `async with`)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, config: UpstreamConfig, started: float):
+        self._response = response
+        self._config = config
+        self.status = response.status
+        self.headers: CIMultiDictProxy[str] = response.headers
+        self.ttfb_s = time.monotonic() - started
+        # The body, once `read` has taken it whole (a 429 is read to judge its error code and
+        # still handed on to the client, by `read` or `iter_chunks`, as it came).
+        self._body: bytes | None = None
+
+    def forwardable_headers(self) -> CIMultiDict[str]:
+        return CIMultiDict((k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP)
+
+    async def read(self) -> bytes:
+        if self._body is not None:
+            return self._body
+        try:
+            async with asyncio.timeout(self._config.read_timeout_s):
+                self._body = await self._response.read()
+                return self._body
+        except TimeoutError as exc:
+            raise UpstreamTimeout("the upstream stopped sending its response body") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamProtocolError(f"the upstream response broke off: {exc}") from exc
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        if self._body is not None:
+            if self._body:
+                yield self._body
+            return
+        content = self._response.content
+        while True:
+            try:
+                async with asyncio.timeout(self._config.read_timeout_s):
+                    chunk = await content.readany()
+            except TimeoutError as exc:
+                raise UpstreamTimeout("the upstream stream went silent") from exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamProtocolError(f"the upstream stream broke off: {exc}") from exc
+            if not chunk:
+                return
+            yield chunk
+
+    def release(self) -> None:
+        # close() (not release()) drops the connection, which is what stops a model server
+        # from generating tokens nobody will read.
+        self._response.close()
+
+    async def __aenter__(self) -> UpstreamResponse:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+class UpstreamClient:
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        rng: random.Random | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._config = config
+        self._base = config.url.rstrip("/") + "/"
+        self._session: aiohttp.ClientSession | None = None
+        self._retry = RetryPolicy(config, clock or SystemClock(), rng or random.Random())
+
+    @property
+    def base_url(self) -> str:
+        return self._base
+
+    async def start(self) -> None:
+        cfg = self._config
+        connector = aiohttp.TCPConnector(limit=cfg.max_connections, ttl_dns_cache=300)
+        timeout = aiohttp.ClientTimeout(total=cfg.total_timeout_s, connect=cfg.connect_timeout_s)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, auto_decompress=True, raise_for_status=False
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def open(
+        self, request: UpstreamRequest, *, retry: bool = True, pause: Pause = asyncio.sleep
+    ) -> UpstreamResponse:
+        """Send `request`; returns once the status line and headers arrived (any status).
+        `retry` false sends it once (for calls that are not safe to repeat); `pause` spends
+        each wait between two attempts."""
+        attempts = self._retry.attempts(retry)
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = await self._send_once(request)
+            except UpstreamUnreachable:
+                if last:
+                    raise
+                wait_s = self._retry.backoff_s(attempt)
+            else:
+                if last:
+                    return response
+                judged = await self._judge(attempt, response)
+                if isinstance(judged, UpstreamResponse):
+                    return judged
+                wait_s = judged
+            await pause(wait_s)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _judge(self, attempt: int, response: UpstreamResponse) -> UpstreamResponse | float:
+        """The response itself when it is final, else the wait before the next attempt (the
+        response released)."""
+        wait_s = self._retry.wait_s(attempt, response.status, response.headers)
+        if wait_s is None:
+            return response
+        if response.status == RATE_LIMITED:
+            # An error object is small; once read, the client still gets it as it came.
+            try:
+                body = await response.read()
+            except UpstreamError:
+                body = b""  # a body that broke off names no code: retried like any 429
+            if quota_exhausted(body):
+                return response
+        response.release()
+        return wait_s
+
+    async def _send_once(self, request: UpstreamRequest) -> UpstreamResponse:
+        assert self._session is not None, "UpstreamClient.start() was not awaited"
+        url = self._base + request.path + (f"?{request.query}" if request.query else "")
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self._config.first_byte_timeout_s):
+                response = await self._session.request(
+                    request.method, url, headers=list(request.headers), data=request.body or None
+                )
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"the upstream sent nothing within {self._config.first_byte_timeout_s:g} s"
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamUnreachable(f"cannot connect to the upstream: {exc.os_error}") from exc
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+            raise UpstreamUnreachable(f"the upstream closed the connection: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnreachable(f"the upstream request failed: {exc}") from exc
+        return UpstreamResponse(response, self._config, started)
+
+
+def forward_headers(
+    headers: Mapping[str, str], drop: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """Client headers worth sending upstream: not hop-by-hop, not Deja's own controls."""
+    kept = []
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in drop or lower.startswith("x-deja-"):
+            continue
+        kept.append((name, value))
+    return kept

@@ -1,0 +1,92 @@
+"""The seam between the cache service and the similarity tier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from normalize.meaning.signature import Analysis
+from tiers.base import Entry, Invalidation
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticCandidate:
+    """An entry whose prompt is close enough in meaning to answer the query."""
+
+    entry_id: str
+    similarity: float
+
+
+class SemanticIndex(Protocol):
+    async def search(
+        self,
+        partition: str,
+        vector: np.ndarray,
+        query: Analysis,
+        threshold_override: float | None = None,
+    ) -> list[SemanticCandidate]:
+        """The nearest entry of `partition` that passes its similarity threshold and the meaning
+        guards and is fresh (a list of at most one). With `threshold_override` (a relaxed,
+        degraded match) that threshold applies instead, and entries within their grace count."""
+        ...
+
+    async def contradicts(
+        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+    ) -> bool:
+        """Whether another entry near the query asks the same question but was answered
+        differently from `entry_id` (the answer check, for lemma-key matches)."""
+        ...
+
+    def answer_vector(self, entry_id: str) -> np.ndarray | None:
+        """The indexed entry's answer embedding, once attached (None otherwise)."""
+        ...
+
+    async def add(self, entry: Entry) -> None: ...
+
+    async def update(self, entry: Entry) -> None:
+        """Take a changed threshold or TTL of an indexed entry into account."""
+        ...
+
+    async def remove(self, entry_id: str) -> bool: ...
+
+    async def invalidate(self, selector: Invalidation) -> int: ...
+
+    def size(self) -> int: ...
+
+
+class NullSemanticIndex:
+    """The semantic tier turned off."""
+
+    async def search(
+        self,
+        partition: str,
+        vector: np.ndarray,
+        query: Analysis,
+        threshold_override: float | None = None,
+    ) -> list[SemanticCandidate]:
+        return []
+
+    async def contradicts(
+        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+    ) -> bool:
+        return False
+
+    def answer_vector(self, entry_id: str) -> np.ndarray | None:
+        return None
+
+    async def add(self, entry: Entry) -> None:
+        return None
+
+    async def update(self, entry: Entry) -> None:
+        return None
+
+    async def remove(self, entry_id: str) -> bool:
+        return False
+
+    async def invalidate(self, selector: Invalidation) -> int:
+        return 0
+
+    def size(self) -> int:
+        return 0

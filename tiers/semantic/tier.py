@@ -1,0 +1,339 @@
+"""The similarity tier: one FAISS index per partition, meaning guards on every candidate.
+
+A candidate answers the query only when its cosine reaches its effective threshold (the larger
+of the global threshold and the entry's own floor, see tiers/policies/thresholds.py; or the relaxed
+threshold of a degraded lookup) and the meaning guards agree that the two prompts ask
+the same thing: same negation parity, numbers with units, entities, compatible roles.
+
+And only when its answer is not contradicted nearby (`semantic.answer_margin`): if another
+neighbour within that margin of the best cosine also passes the guards but was answered
+differently (answer vectors below `verify.answer_agreement`), the cache holds two answers for
+what reads as one question, and serving either is a coin toss; the lookup misses instead.
+Near-identical questions with different answers are where a threshold alone fails (measured on
+Banking77: "How do I reset my PIN?" and "How can I reset my PIN?", cosine 0.995, belong to
+different intents), and a neighbour that disagrees is the one signal the cache itself holds.
+
+The tier holds vectors and each entry's analysis, threshold and expiry, not the answers: a
+candidate's entry is loaded from the key-value tiers by id. All partitions together hold at
+most `max_entries` vectors; past that the least recently used go (their entries stay servable
+by exact key). Entries past TTL + grace are swept out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from core.clock import Clock
+from core.config import SemanticConfig
+from core.errors import CorruptEntry
+from core.loop_turns import LoopTurns
+from normalize.meaning.guards import GuardVerdict, MeaningGuard
+from normalize.meaning.signature import Analysis
+from tiers.base import Entry, Invalidation, PartitionIndex
+from tiers.policies.thresholds import ThresholdController
+from tiers.semantic.faiss_thread import FaissThread
+from tiers.semantic.protocol import SemanticCandidate
+from tiers.semantic.vector_index import VectorIndex, best_of
+from tiers.stats import CacheStats
+
+_log = logging.getLogger("deja.semantic")
+
+# Searching at least this many vectors runs in the search thread, not on the event loop.
+OFF_LOOP_MIN_VECTORS = 4096
+
+
+@dataclass(slots=True)
+class _Indexed:
+    entry_id: str
+    partition: str
+    vector_id: int
+    threshold: float
+    expires_at: float
+    hard_expires_at: float
+    tenant: str
+    namespace: str
+    model: str
+    analysis: Analysis
+    # The answer's embedding, once attached (None until then, or for tool-call answers).
+    answer: np.ndarray | None = None
+
+
+class SemanticTier:
+    def __init__(
+        self,
+        config: SemanticConfig,
+        guard: MeaningGuard,
+        thresholds: ThresholdController,
+        clock: Clock,
+        stats: CacheStats,
+        turns: LoopTurns,
+    ):
+        self._config = config
+        self._turns = turns
+        self._dim = 0  # known once the embedding model is loaded (set_dimension)
+        self._guard = guard
+        self._thresholds = thresholds
+        self._clock = clock
+        self._stats = stats
+        self._indexes: dict[str, PartitionIndex[faiss.Index]] = {}
+        self._entries: dict[str, _Indexed] = {}
+        self._by_vector: dict[int, str] = {}
+        self._recency: OrderedDict[str, None] = OrderedDict()
+        self._ids = itertools.count(1)
+        self._rebuilding: set[str] = set()
+        # Searches and rebuilds in threads of their own: a rebuild to HNSW takes about a
+        # millisecond a vector (20 s at the default flat_max_entries), and searches queued
+        # behind it would wait that long. The old index serves meanwhile, so the rebuild runs
+        # at idle priority.
+        self._search_thread = FaissThread("deja-faiss-search")
+        self._rebuild_thread = FaissThread("deja-faiss-rebuild", idle=True)
+        self.evictions = 0
+        # MODELS.md: FAISS with 2 OpenMP threads slows 10-30× when another process wants a
+        # core; one thread per search, and batching, is faster here.
+        faiss.omp_set_num_threads(1)
+
+    def set_dimension(self, dim: int) -> None:
+        assert dim > 0 and not self._entries, "the dimension is set once, before any entry"
+        self._dim = dim
+
+    def size(self) -> int:
+        return len(self._entries)
+
+    def partitions(self) -> int:
+        return len(self._indexes)
+
+    async def close(self) -> None:
+        await asyncio.gather(self._search_thread.close(), self._rebuild_thread.close())
+
+    async def search(
+        self,
+        partition: str,
+        vector: np.ndarray,
+        query: Analysis,
+        threshold_override: float | None = None,
+    ) -> list[SemanticCandidate]:
+        index = self._indexes.get(partition)
+        if index is None:
+            return []
+        relaxed = threshold_override is not None
+        # The search, and each guard check after it, is a fraction of a millisecond of Python;
+        # each takes a loop turn of its own, so that exact hits are served in between.
+        await self._turns.take()
+        live = await self._neighbours(index, vector, relaxed)
+        for item, similarity in live:
+            threshold = (
+                threshold_override
+                if threshold_override is not None
+                else self._thresholds.effective(item.threshold)
+            )
+            if similarity < threshold:
+                continue
+            if not await self._same_question(query, item):
+                continue
+            # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
+            if await self._contradicted(query, item, similarity, live):
+                self._stats.guard_rejections["answers"] += 1
+                return []
+            self._recency.move_to_end(item.entry_id)
+            return [SemanticCandidate(item.entry_id, similarity)]
+        return []
+
+    async def contradicts(
+        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+    ) -> bool:
+        """Whether a neighbour contradicts `entry_id` as the answer to this query (see
+        `_contradicted`): for matches found without a similarity search (the lemma key)."""
+        index = self._indexes.get(partition)
+        item = self._entries.get(entry_id)
+        if index is None or item is None or item.answer is None or self._config.answer_margin <= 0:
+            return False
+        own = index.vector(item.vector_id)
+        if own is None:
+            return False
+        similarity = float(np.dot(vector, own))
+        if await self._contradicted(query, item, similarity, await self._neighbours(index, vector)):
+            self._stats.guard_rejections["answers"] += 1
+            return True
+        return False
+
+    async def _neighbours(
+        self, index: PartitionIndex[faiss.Index], vector: np.ndarray, relaxed: bool = False
+    ) -> list[tuple[_Indexed, float]]:
+        """The `candidates` nearest entries, best first. A hit needs a fresh entry; a relaxed
+        (degraded) match takes one within its grace."""
+        k = self._config.candidates
+        if len(index) >= OFF_LOOP_MIN_VECTORS:
+            found = await self._search_thread.run(index.search, vector, k)
+        else:
+            # A part at a time (about 60 µs each), each after the first in a turn of its own.
+            parts = index.parts()
+            results = [index.search_part(parts[0], vector, k)] if parts else []
+            for part in parts[1:]:
+                await self._turns.take()
+                results.append(index.search_part(part, vector, k))
+            found = best_of(results, k)
+        now = self._clock.time()
+        return [
+            (item, similarity)
+            for item, similarity in (
+                (self._entries.get(self._by_vector.get(vector_id, "")), similarity)
+                for vector_id, similarity in found
+            )
+            if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
+        ]
+
+    async def _same_question(self, query: Analysis, item: _Indexed) -> bool:
+        verdict = await self._guards(query, item.analysis)
+        if not verdict.agree:
+            self._stats.guard_rejections[verdict.reason.split(":")[0].split(" ")[0]] += 1
+        return verdict.agree
+
+    async def _guards(self, query: Analysis, cached: Analysis) -> GuardVerdict:
+        """The guards' verdict, each of their parts in a loop turn of its own."""
+        parts = self._guard.stepwise(query, cached)
+        while True:
+            await self._turns.take()
+            verdict = next(parts)
+            if verdict is not None:
+                return verdict
+
+    async def _contradicted(
+        self,
+        query: Analysis,
+        best: _Indexed,
+        similarity: float,
+        live: list[tuple[_Indexed, float]],
+    ) -> bool:
+        """Whether another neighbour within `answer_margin` of `similarity` asks the same
+        question (by the guards) and has an answer that disagrees with `best`'s. Neighbours
+        without an answer vector (not attached yet, tool calls) cannot contradict."""
+        margin = self._config.answer_margin
+        if margin <= 0 or best.answer is None:
+            return False
+        for other, other_similarity in live:
+            if other is best or other.answer is None:
+                continue
+            if other_similarity < similarity - margin:
+                break  # best first: the rest are further away still
+            if self._thresholds.answers_agree(float(np.dot(best.answer, other.answer))):
+                continue
+            if (await self._guards(query, other.analysis)).agree:
+                return True
+        return False
+
+    async def add(self, entry: Entry) -> None:
+        if entry.vector is None or entry.analysis is None:
+            return
+        if entry.entry_id in self._entries:
+            await self.update(entry)
+            return
+        vector = np.frombuffer(entry.vector, dtype=np.float32)
+        if not self._dim or vector.shape != (self._dim,):
+            return  # written by a replica with another embedding model: not comparable
+        try:
+            analysis = entry.parsed_analysis or Analysis.from_wire(entry.analysis)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntry(f"entry {entry.entry_id} has an unreadable analysis: {exc}") from exc
+        index = self._indexes.get(entry.partition)
+        if index is None:
+            cfg = self._config
+            index = VectorIndex(self._dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search)
+            self._indexes[entry.partition] = index
+        vector_id = next(self._ids)
+        index.add(vector_id, vector)
+        self._entries[entry.entry_id] = _Indexed(
+            entry.entry_id,
+            entry.partition,
+            vector_id,
+            entry.threshold,
+            entry.expires_at,
+            entry.hard_expires_at,
+            entry.tenant,
+            entry.namespace,
+            entry.model,
+            analysis,
+            self._answer_of(entry),
+        )
+        self._by_vector[vector_id] = entry.entry_id
+        self._recency[entry.entry_id] = None
+        while len(self._entries) > self._config.max_entries:
+            coldest = next(iter(self._recency))
+            await self.remove(coldest)
+            self.evictions += 1
+        self._maybe_rebuild(entry.partition, index)
+
+    def answer_vector(self, entry_id: str) -> np.ndarray | None:
+        item = self._entries.get(entry_id)
+        return None if item is None else item.answer
+
+    async def update(self, entry: Entry) -> None:
+        item = self._entries.get(entry.entry_id)
+        if item is not None:
+            item.threshold = entry.threshold
+            item.expires_at = entry.expires_at
+            item.hard_expires_at = entry.hard_expires_at
+            if item.answer is None:
+                item.answer = self._answer_of(entry)
+
+    def _answer_of(self, entry: Entry) -> np.ndarray | None:
+        if entry.answer_vector is None:
+            return None
+        answer = np.frombuffer(entry.answer_vector, dtype=np.float32)
+        # Another embedding model's vector (a replica configured differently) is not comparable.
+        return answer if answer.shape == (self._dim,) else None
+
+    async def remove(self, entry_id: str) -> bool:
+        item = self._entries.pop(entry_id, None)
+        if item is None:
+            return False
+        self._recency.pop(entry_id, None)
+        self._by_vector.pop(item.vector_id, None)
+        index = self._indexes[item.partition]
+        index.remove(item.vector_id)
+        if len(index) == 0:
+            del self._indexes[item.partition]
+        else:
+            self._maybe_rebuild(item.partition, index)
+        return True
+
+    async def invalidate(self, selector: Invalidation) -> int:
+        doomed = [
+            item.entry_id
+            for item in self._entries.values()
+            if (selector.tenant is None or item.tenant == selector.tenant)
+            and (selector.namespace is None or item.namespace == selector.namespace)
+            and (selector.model is None or item.model == selector.model)
+        ]
+        for entry_id in doomed:
+            await self.remove(entry_id)
+        return len(doomed)
+
+    async def sweep(self) -> int:
+        """Drop entries past TTL + grace; returns how many."""
+        now = self._clock.time()
+        gone = [item.entry_id for item in self._entries.values() if now >= item.hard_expires_at]
+        for entry_id in gone:
+            await self.remove(entry_id)
+        return len(gone)
+
+    def _maybe_rebuild(self, partition: str, index: PartitionIndex[faiss.Index]) -> None:
+        if partition in self._rebuilding or not index.wants_rebuild():
+            return
+        self._rebuilding.add(partition)
+        future = self._rebuild_thread.run(index.rebuild)
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._rebuilding.discard(partition)
+            if not f.cancelled() and f.exception() is not None:
+                _log.error(
+                    "rebuilding the index of partition %s failed", partition, exc_info=f.exception()
+                )
+
+        future.add_done_callback(done)
