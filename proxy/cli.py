@@ -125,14 +125,15 @@ def _serve(config: DejaConfig, log_level: str) -> int:
     from proxy.composition.app import create_app
 
     _set_up_process(log_level)
-    _run(create_app(config), config, host=config.server.host, port=config.server.port)
+    app = create_app(config, access_log_stream=sys.stderr.buffer)
+    _run(app, config, host=config.server.host, port=config.server.port)
     return 0
 
 
 def _serve_edge(config: DejaConfig, log_level: str, args: Sequence[str]) -> int:
     """Edge mode: this process answers exact hits and relays the rest to a worker process
     (proxy/edge/front.py) on a unix socket in a private directory."""
-    from proxy.edge.front import create_edge_app
+    from proxy.composition.app import create_edge_app
     from proxy.edge.worker_link import WorkerLink
     from proxy.edge.worker_process import WorkerProcess
 
@@ -141,7 +142,9 @@ def _serve_edge(config: DejaConfig, log_level: str, args: Sequence[str]) -> int:
     socket_path = os.path.join(folder, "worker.sock")
     worker = WorkerProcess(args, socket_path)
     try:
-        app = create_edge_app(config, WorkerLink(socket_path), worker)
+        app = create_edge_app(
+            config, WorkerLink(socket_path), worker, access_log_stream=sys.stderr.buffer
+        )
         _run(app, config, host=config.server.host, port=config.server.port)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -155,7 +158,8 @@ def _serve_worker(config: DejaConfig, log_level: str, socket_path: str) -> int:
     parent = os.getppid()
     _set_up_process(log_level)
     settle_as_worker(config.server.edge_worker_idle)
-    _run(create_app(config, edge_worker=True), config, path=socket_path)
+    app = create_app(config, edge_worker=True, access_log_stream=sys.stderr.buffer)
+    _run(app, config, path=socket_path)
     if os.getppid() != parent:
         # The front was killed before it could remove the socket's private directory.
         shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)

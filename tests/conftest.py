@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 import redis
@@ -74,7 +74,11 @@ async def proxy_factory(stub: StubUpstream) -> AsyncIterator[ProxyFactory]:
     """Builds proxies in front of the stub upstream; sections override the test defaults."""
     servers: list[TestServer] = []
 
-    async def factory(clock: Clock | None = None, **sections: dict[str, Any]) -> RunningProxy:
+    async def factory(
+        clock: Clock | None = None,
+        access_log_stream: BinaryIO | None = None,
+        **sections: dict[str, Any],
+    ) -> RunningProxy:
         merged: dict[str, dict[str, Any]] = {
             "upstream": {"url": stub.base_url, "request_logprobs": False},
             "semantic": {"enabled": False},
@@ -82,7 +86,7 @@ async def proxy_factory(stub: StubUpstream) -> AsyncIterator[ProxyFactory]:
         }
         for name, values in sections.items():
             merged.setdefault(name, {}).update(values)
-        app = create_app(make_config(merged), clock=clock)
+        app = create_app(make_config(merged), clock=clock, access_log_stream=access_log_stream)
         server = TestServer(app, host="127.0.0.1", port=0, handler_cancellation=True)
         await server.start_server()
         servers.append(server)

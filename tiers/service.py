@@ -64,14 +64,12 @@ class CacheService:
         self._clock = clock
         self._stats = stats
         self._semantic: SemanticIndex = semantic or NullSemanticIndex()
+        # Where every change is told to other replicas (built before the service, over the same
+        # semantic index); none without Redis.
         self._replication: Replication = replication or NoReplication()
-        # The proxy's lookup lane, shared with the semantic tier (create_app passes it); a
-        # service built alone, in a test, has one of its own.
+        # The proxy's lookup lane, shared with the semantic tier (the composition root passes
+        # it); a service built alone, in a test, has one of its own.
         self._turns = turns or LoopTurns()
-
-    def replicate_through(self, replication: Replication) -> None:
-        """Tell other replicas about every change from now on (set once Redis is wired)."""
-        self._replication = replication
 
     async def _publish(self, event: ReplicationEvent) -> None:
         try:

@@ -1,79 +1,54 @@
-"""The composition root: `create_app(config)` builds every part and owns their lifecycles.
+"""The composition root: `create_app(config)` makes the whole proxy's aiohttp app (single
+process, or edge mode's worker); `create_edge_app` makes edge mode's front (its request handling
+is proxy/edge/front.py's). The three share the request parts (credential rule, client auth,
+prompt screen), the store builder (the front's without the semantic index), the access log
+and the order of their lifecycles.
 
-Nothing else constructs long-lived objects; nothing happens at import time. Parts that are
-turned off are replaced by their "off" objects here (no Redis → no Redis tier and no
-replication; breaker off → AlwaysClosedBreaker; semantic off → NoFeatureSource and no index),
-so no code below tests a flag.
-
-Start-up: the HTTP port opens at once (/healthz answers, exact matches are served); the models
-load and the semantic index is rebuilt from Redis in the background, and /readyz turns 200 when
-that is done.
+Nothing else constructs long-lived objects; nothing happens at import time. The parts are
+built once, frozen (proxy/composition/parts.py); this module adds the objects that answer
+requests over them, mounts the routes, and registers the parts' lifecycles
+(proxy/composition/lifecycle.py). The routes receive the parts they use and, for what they
+report, callables (proxy/composition/report.py), never the graph.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
 import logging
-import os
 import sys
-from collections.abc import AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, BinaryIO
 
 from aiohttp import web
 
 from core.clock import Clock, SystemClock
 from core.config import DejaConfig
-from core.errors import TierUnavailable
-from core.loop_turns import LoopTurns
-from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from fallback.degrade import Degrader
-from normalize.keys.screen import PromptScreen
 from normalize.prompt_features import FeatureSource, NoFeatureSource
-from proxy.answering.admission import AdmissionControl
-from proxy.answering.entry_builder import EntryBuilder
-from proxy.answering.feedback import FeedbackService, ServedRequests
+from proxy.answering.feedback import FeedbackService
 from proxy.answering.flight_call import UpstreamCaller
-from proxy.answering.flights import FlightRegistry
-from proxy.answering.gate import UpstreamGate
 from proxy.answering.store_rule import StoreRule
-from proxy.answering.verifier import Verifier
 from proxy.answering.warmup import WarmUp
-from proxy.composition.parts import Deja
+from proxy.composition.lifecycle import front_resources, proxy_resources, register
+from proxy.composition.parts import ProxyParts, build_front, build_proxy
+from proxy.composition.report import models_ready, readiness_report, stats_report
+from proxy.edge.front import EdgeCompletions, EdgeRelay, FrontRecorder
 from proxy.edge.report import REPORT_PATH, EdgeReportReceiver
-from proxy.edge.worker_process import exit_with_parent
-from proxy.http.access_log import AccessLog, NoAccessLog
-from proxy.http.admin_routes import AdminRoutes
-from proxy.http.client_auth import ClientAuth
+from proxy.edge.worker_link import WorkerLink
+from proxy.edge.worker_process import WorkerProcess
+from proxy.http.admin_routes import AdminRoutes, AdminViews
 from proxy.http.completions import CompletionHandler
 from proxy.http.health_routes import HealthRoutes
 from proxy.http.hit_writer import HitWriter
 from proxy.http.openai_routes import OpenAIRoutes
 from proxy.http.request_frame import RequestFrame
-from proxy.http.request_ledger import RequestLedger
 from proxy.http.request_reader import RequestReader
-from proxy.http.telemetry import Telemetry
-from proxy.protocol.credentials import CredentialRule
-from proxy.upstream.client import UpstreamClient
-from tiers.base import CacheTier
-from tiers.lru_k import LruKTier
-from tiers.policies.thresholds import ThresholdController
-from tiers.policies.ttl import TtlPolicy
-from tiers.redis_connection import RedisConnection
-from tiers.redis_tier import RedisTier
-from tiers.replication import StreamReplication
-from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 if TYPE_CHECKING:  # only proxy/http/telemetry.py imports OpenTelemetry at run time
     from opentelemetry.sdk.trace.export import SpanExporter
 
-_GC_YOUNG_OBJECTS = 10_000
 _log = logging.getLogger("deja.app")
-SWEEP_INTERVAL_S = 30.0
 
-DEJA = web.AppKey("deja", Deja)
+# The app's parts, for tests that look inside a running proxy; no route reads them.
+PARTS = web.AppKey("parts", ProxyParts)
 
 
 def create_app(
@@ -81,227 +56,149 @@ def create_app(
     clock: Clock | None = None,
     *,
     edge_worker: bool = False,
+    access_log_stream: BinaryIO | None = None,
     span_exporter: SpanExporter | None = None,
 ) -> web.Application:
-    """The whole proxy. With `edge_worker`, as edge mode's worker (proxy/edge/front.py): it also
-    takes the front's reports, and stops when the front is gone. `span_exporter` (tests) takes
-    every span as it ends, whatever `telemetry.traces` says."""
-    clock = clock or SystemClock()
+    """The whole proxy. With `edge_worker`, as edge mode's worker (see `create_edge_app`): it also
+    takes the front's reports, and stops when the front is gone. The access log (when
+    `server.access_log`) goes to `access_log_stream`, stderr unless given. `span_exporter`
+    (tests) takes every span as it ends, whatever `telemetry.traces` says."""
     if not config.cache.tenant_secret:
         _log.warning(
             "cache.tenant_secret is empty: using the development secret; set one in production"
         )
-    stats = CacheStats()
-    deja = _build_core(config, clock, stats, span_exporter)
-    if not config.admin.token:
-        deja.served = ServedRequests(capacity=0)
-    features: FeatureSource = deja.features if deja.features is not None else NoFeatureSource()
-    gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
-    credential_rule = CredentialRule(config.proxy, config.cache)
-    auth = ClientAuth(config.proxy, config.upstream, credential_rule)
-    screen = PromptScreen(config.guardrails.injection_patterns)
-    reader = RequestReader(config.server, auth, credential_rule, screen, features)
-    embedder = deja.features
-    deja.verifier = Verifier(config.verify, gate, deja.service, deja.thresholds, embedder)
+    parts = build_proxy(
+        config,
+        clock or SystemClock(),
+        access_log_stream if access_log_stream is not None else sys.stderr.buffer,
+        span_exporter,
+    )
+    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    app[PARTS] = parts
+    register(app, proxy_resources(parts, edge_worker=edge_worker))
+    frame = RequestFrame(app, parts.ledger, parts.telemetry.tracer)
+    HealthRoutes(
+        readiness_report(parts), parts.telemetry, parts.ledger, config.telemetry.metrics
+    ).register(frame)
+    features: FeatureSource = (
+        parts.store.features if parts.store.features is not None else NoFeatureSource()
+    )
+    requests = parts.requests
+    reader = RequestReader(
+        config.server, requests.auth, requests.credential_rule, requests.screen, features
+    )
     # Which answers are stored, one rule for misses, verification (both through the caller) and
     # warm-up lines.
     store_rule = StoreRule(config.cache.store_truncated)
-    handler = CompletionHandler(
-        cache=config.cache,
-        upstream=config.upstream,
-        reader=reader,
-        service=deja.service,
-        flights=deja.flights,
-        caller=UpstreamCaller(
-            gate,
-            deja.service,
-            deja.entries,
-            stats,
-            deja.store_turns,
-            deja.upstream_turns,
-            store_rule,
-            deja.telemetry.tracer,
-        ),
-        degrader=Degrader(config.degrade, deja.service, clock, deja.breaker),
-        verifier=deja.verifier,
-        served=deja.served,
-        clock=clock,
-        stats=stats,
-        turns=deja.upstream_turns,
-        hits=HitWriter(config.pricing, deja.served, clock, stats),
-        tracer=deja.telemetry.tracer,
-    )
-    access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
-    deja.ledger = RequestLedger(deja.telemetry, access_log)
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
-    app[DEJA] = deja
-    app.cleanup_ctx.append(_lifecycle)
-    frame = RequestFrame(app, deja.ledger, deja.telemetry.tracer)
-    HealthRoutes(deja.readiness, deja.telemetry, deja.ledger, config.telemetry.metrics).register(
-        frame
-    )
-    OpenAIRoutes(handler, deja.upstream, auth, config.server.max_passthrough_bytes).register(frame)
+    OpenAIRoutes(
+        _completions(parts, reader, store_rule),
+        parts.upstream.client,
+        requests.auth,
+        config.server.max_passthrough_bytes,
+    ).register(frame)
     if config.admin.token:
-        feedback = FeedbackService(deja.service, deja.ttl, deja.thresholds, stats)
-        warmup = WarmUp(
-            deja.service,
-            deja.entries,
-            credential_rule,
-            features,
-            screen,
-            config.server.max_messages,
-            store_rule,
-        )
-        AdminRoutes(deja, feedback, warmup, auth, credential_rule).register(frame)
+        _admin_routes(parts, features, store_rule).register(frame)
     if edge_worker:
         # Outside the frame: a report is not a client's request. Reachable only through the
         # worker's unix socket, in a directory only the front's user can enter.
-        receiver = EdgeReportReceiver(deja.telemetry, stats, deja.served)
+        receiver = EdgeReportReceiver(parts.telemetry, parts.store.stats, parts.served)
         app.router.add_post(REPORT_PATH, receiver.handle)
-        parent = os.getppid()
-        app.on_startup.append(lambda _: _track(deja, exit_with_parent(parent), "deja-edge-parent"))
     frame.not_found_route()
     return app
 
 
-async def _track(deja: Deja, job: Coroutine[Any, Any, None], name: str) -> None:
-    deja.background.append(asyncio.get_running_loop().create_task(job, name=name))
-
-
-def _build_core(
-    config: DejaConfig, clock: Clock, stats: CacheStats, span_exporter: SpanExporter | None
-) -> Deja:
-    """The tiers, the cache service and the upstream side."""
-    local: list[CacheTier] = []
-    lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
-    if lru is not None:
-        local.append(lru)
-    redis = RedisConnection(config.redis) if config.redis.url else None
-    redis_tier = RedisTier(redis, config.redis) if redis is not None else None
-    tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
-    thresholds = ThresholdController(config.verify, config.semantic.threshold)
-    ttl = TtlPolicy(config.ttl)
-    features = semantic = None
-    # Every step of a lookup past the exact tiers takes a turn from this one, which lets other
-    # ready work go first (see its module).
-    lookup_turns = LoopTurns()
-    if config.semantic.enabled:
-        # Imported here: spaCy, torch and FAISS are heavy, and a deployment without the
-        # semantic tier should not pay for them.
-        from normalize.meaning.guards import MeaningGuard
-        from normalize.runtime.model_features import SemanticFeatureSource
-        from tiers.semantic.tier import SemanticTier
-
-        features = SemanticFeatureSource(config.semantic)
-        semantic = SemanticTier(
-            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats, lookup_turns
-        )
-    service = CacheService(tiers, clock, stats, semantic, turns=lookup_turns)
-    replication = None
-    if redis is not None and redis_tier is not None:
-        replication = StreamReplication(redis, redis_tier, config.redis, local, service.semantic)
-        service.replicate_through(replication)
-    u = config.upstream
-    breaker: Breaker = (
-        CircuitBreaker(config.breaker, clock) if config.breaker.enabled else AlwaysClosedBreaker()
-    )
-    deja = Deja(
-        config=config,
-        clock=clock,
-        stats=stats,
-        service=service,
-        upstream=UpstreamClient(u, clock=clock),
-        breaker=breaker,
-        admission=AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s),
-        flights=FlightRegistry(),
-        telemetry=Telemetry(config.telemetry, stats, lambda: deja.gauges(), span_exporter),
-        ttl=ttl,
-        entries=EntryBuilder(
-            config.cache, config.degrade, config.semantic, ttl, thresholds, clock, features
+def _completions(
+    parts: ProxyParts, reader: RequestReader, store_rule: StoreRule
+) -> CompletionHandler:
+    config, store, upstream, clock = parts.config, parts.store, parts.upstream, parts.clock
+    return CompletionHandler(
+        cache=config.cache,
+        upstream=config.upstream,
+        reader=reader,
+        service=store.service,
+        flights=upstream.flights,
+        caller=UpstreamCaller(
+            upstream.gate,
+            store.service,
+            parts.entries,
+            store.stats,
+            upstream.store_turns,
+            upstream.upstream_turns,
+            store_rule,
+            parts.telemetry.tracer,
         ),
-        lru=lru,
-        redis=redis,
-        redis_tier=redis_tier,
-        replication=replication,
-        semantic=semantic,
-        features=features,
-        thresholds=thresholds,
-        lookup_turns=lookup_turns,
+        degrader=Degrader(config.degrade, store.service, clock, upstream.breaker),
+        verifier=parts.verifier,
+        served=parts.served,
+        clock=clock,
+        stats=store.stats,
+        turns=upstream.upstream_turns,
+        hits=HitWriter(config.pricing, parts.served, clock, store.stats),
+        tracer=parts.telemetry.tracer,
     )
-    return deja
 
 
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    deja = app[DEJA]
-    await deja.upstream.start()
-    if deja.redis is not None:
-        await deja.redis.start()
-    loop = asyncio.get_running_loop()
-    deja.background.append(loop.create_task(_warm_up(deja), name="deja-warm-up"))
-    if deja.semantic is not None:
-        deja.background.append(loop.create_task(_sweep(deja), name="deja-sweeper"))
-    yield
-    deja.ready = False
-    await deja.flights.drain(deja.config.server.shutdown_grace_s)
-    if deja.verifier is not None:
-        await deja.verifier.drain()
-    for task in deja.background:
-        task.cancel()
-    for task in deja.background:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    if deja.features is not None:
-        await deja.features.close()
-    if deja.semantic is not None:
-        await deja.semantic.close()
-    await deja.upstream.close()
-    if deja.ledger is not None:
-        await deja.ledger.close()
-    if deja.redis is not None:
-        await deja.redis.close()
-    deja.telemetry.shutdown()
+def _admin_routes(parts: ProxyParts, features: FeatureSource, store_rule: StoreRule) -> AdminRoutes:
+    config, store, requests = parts.config, parts.store, parts.requests
+    warmup = WarmUp(
+        store.service,
+        parts.entries,
+        requests.credential_rule,
+        features,
+        requests.screen,
+        config.server.max_messages,
+        store_rule,
+    )
+    views = AdminViews(
+        stats=stats_report(parts),
+        models_ready=models_ready(parts),
+        effective_threshold=store.thresholds.effective,
+        clock=parts.clock,
+    )
+    return AdminRoutes(
+        config.admin.token,
+        views,
+        store.service,
+        parts.served,
+        FeedbackService(store.service, parts.ttl, store.thresholds, store.stats),
+        warmup,
+        requests.auth,
+        requests.credential_rule,
+    )
 
 
-async def _warm_up(deja: Deja) -> None:
-    """Load the models, rebuild the semantic index, then follow the other replicas."""
-    try:
-        if deja.features is not None and deja.semantic is not None:
-            await deja.features.start()
-            deja.semantic.set_dimension(deja.features.dim)
-        if deja.replication is not None:
-            try:
-                await deja.replication.bootstrap()
-            except TierUnavailable as exc:
-                # Redis is down: serve now, rebuild when it returns (follow() retries).
-                _log.warning("could not rebuild the semantic index from redis yet: %s", exc)
-    except Exception as exc:  # noqa: BLE001 - reported on /readyz; the proxy serves exact matches
-        deja.startup_error = f"start-up failed: {exc!r}"
-        _log.exception("start-up failed; serving exact matches only")
-        return
-    deja.ready = True
-    settle_collector()
-    _log.info("ready")
-    if deja.replication is not None:
-        await deja.replication.follow()
+def create_edge_app(
+    config: DejaConfig,
+    link: WorkerLink,
+    worker: WorkerProcess | None,
+    clock: Clock | None = None,
+    *,
+    access_log_stream: BinaryIO | None = None,
+) -> web.Application:
+    """The front. `worker` is started and stopped with the app; None when something else runs
+    it (tests). The access log goes to `access_log_stream`, stderr unless given."""
+    parts = build_front(
+        config,
+        clock or SystemClock(),
+        access_log_stream if access_log_stream is not None else sys.stderr.buffer,
+        link,
+        worker,
+    )
+    requests = parts.requests
+    reader = RequestReader(
+        config.server, requests.auth, requests.credential_rule, requests.screen, NoFeatureSource()
+    )
+    hits = HitWriter(config.pricing, parts.report, parts.clock, parts.store.stats)
+    completions = EdgeCompletions(
+        config.cache, reader, parts.store.service, hits, link, parts.tracer
+    )
+    relay = EdgeRelay(link, parts.ledger, parts.report, config.server.max_passthrough_bytes)
 
-
-def settle_collector() -> None:
-    """Once start-up is done (here and in edge mode's front)."""
-    # Everything built so far lives as long as the process: move it out of the collector's
-    # sight, so a full collection (which pauses the event loop) only walks request garbage.
-    gc.collect()
-    gc.freeze()
-    # A young generation of 10,000 objects instead of 700: with many requests in flight, each
-    # young collection promoted their live objects towards the old generation, which then
-    # filled up and triggered full collections that walk every cached entry (tens of ms each
-    # with 30,000 entries, a few times a second under load). Measured: GC time during LRU-K
-    # hits on a filled cache fell from 2.8% to 0.4% of the run. Request garbage is nearly all
-    # freed by reference counting; the memory test bounds what cycles may hold.
-    gc.set_threshold(_GC_YOUNG_OBJECTS, 10, 10)
-
-
-async def _sweep(deja: Deja) -> None:
-    assert deja.semantic is not None
-    while True:
-        await asyncio.sleep(SWEEP_INTERVAL_S)
-        await deja.semantic.sweep()
+    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    register(app, front_resources(parts))
+    frame = RequestFrame(app, FrontRecorder(parts.ledger), parts.tracer)
+    frame.route("/v1/chat/completions", "chat", completions.chat, methods=["POST"])
+    frame.route("/v1/completions", "completions", completions.completions, methods=["POST"])
+    frame.route("/healthz", "healthz", relay.healthz, methods=["GET"])
+    frame.route("/{tail:.*}", "relayed", relay.relay)
+    return app

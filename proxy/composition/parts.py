@@ -1,143 +1,306 @@
-"""Every long-lived part of one proxy, as `create_app` wired them, with their health view."""
+"""The graph of long-lived parts, built once from a DejaConfig and a clock, and frozen.
+
+    RequestParts   credential rule (the tenant hasher), client auth, prompt screen
+    StoreParts     stats, LRU-K, Redis, the semantic index and its models, replication,
+                   the cache service over them
+    UpstreamParts  the pooled client, breaker, admission, gate, singleflight registry, lanes
+    ProxyParts     the whole proxy (single process, and edge mode's worker)
+    FrontParts     edge mode's front
+
+Each part is built before the parts that use it, so nothing is filled in after construction
+and no field has a default that builds something. What changes at run time (start-up finished
+or failed) lives in `Readiness`, on its own.
+
+Parts that are turned off are their "off" values here (no Redis: no Redis tier and no
+replication; breaker off: AlwaysClosedBreaker; semantic off: no models and no index), so no code
+below tests a flag.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO
 
 from core.clock import Clock
-from core.config import DejaConfig, SemanticConfig, VerifyConfig
+from core.config import DejaConfig
 from core.loop_turns import LoopTurns
-from fallback.breaker import Breaker
+from core.tracing import StageTracer
+from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
+from normalize.keys.screen import PromptScreen
 from proxy.answering.admission import AdmissionControl
 from proxy.answering.entry_builder import EntryBuilder
 from proxy.answering.feedback import ServedRequests
 from proxy.answering.flights import FlightRegistry
+from proxy.answering.gate import UpstreamGate
 from proxy.answering.verifier import Verifier
-from proxy.http.request_ledger import RequestLedger
-from proxy.http.telemetry import Telemetry
+from proxy.composition.report import gauges_of
+from proxy.edge.report import EdgeReport
+from proxy.edge.worker_link import WorkerLink
+from proxy.edge.worker_process import WorkerProcess
+from proxy.http.access_log import AccessLog, NoAccessLog
+from proxy.http.client_auth import ClientAuth
+from proxy.http.request_ledger import AccessLogWriter, RequestLedger
+from proxy.http.telemetry import Telemetry, build_tracer
+from proxy.protocol.credentials import CredentialRule
 from proxy.upstream.client import UpstreamClient
+from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
 from tiers.policies.thresholds import ThresholdController
 from tiers.policies.ttl import TtlPolicy
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
 from tiers.replication import StreamReplication
+from tiers.semantic.protocol import NullSemanticIndex
 from tiers.service import CacheService
 from tiers.stats import CacheStats
 
 if TYPE_CHECKING:
-    # Only for annotations: importing these loads spaCy, torch and FAISS, which a proxy
-    # without the semantic tier never needs (create_app imports them when it is on).
+    # Only for annotations. The semantic parts load spaCy, torch and FAISS, which a proxy
+    # without the semantic tier never needs (build_store imports them when it is on); only
+    # proxy/http/telemetry.py imports OpenTelemetry at run time.
+    from opentelemetry.sdk.trace.export import SpanExporter
+
     from normalize.runtime.model_features import SemanticFeatureSource
     from tiers.semantic.tier import SemanticTier
 
 
-@dataclass
-class Deja:
-    config: DejaConfig
-    clock: Clock
+class Readiness:
+    """Starting until everything the config enables is loaded (models, the rebuilt index);
+    ready after that, until shutdown begins. A start-up that failed stays not ready, with its
+    error reported on /readyz (the proxy still serves exact matches)."""
+
+    def __init__(self) -> None:
+        self._ready = False
+        self._error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def error(self) -> str | None:
+        return self._error
+
+    def started(self) -> None:
+        self._ready = True
+
+    def failed(self, error: str) -> None:
+        self._error = error
+
+    def stopping(self) -> None:
+        self._ready = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestParts:
+    """How a client's request is read, the same in all three apps."""
+
+    credential_rule: CredentialRule
+    auth: ClientAuth
+    screen: PromptScreen
+
+
+@dataclass(frozen=True, slots=True)
+class StoreParts:
     stats: CacheStats
+    lru: LruKTier | None
+    redis: RedisConnection | None
+    redis_tier: RedisTier | None
+    semantic: SemanticTier | None
+    features: SemanticFeatureSource | None
+    replication: StreamReplication | None
     service: CacheService
-    upstream: UpstreamClient
+    thresholds: ThresholdController
+    # Every step of a lookup past the exact tiers takes a turn from this lane, which lets other
+    # ready work go first (see core/loop_turns.py); the semantic tier shares it.
+    lookup_turns: LoopTurns
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamParts:
+    client: UpstreamClient
     breaker: Breaker
     admission: AdmissionControl
+    gate: UpstreamGate
     flights: FlightRegistry
-    telemetry: Telemetry
-    ttl: TtlPolicy
-    entries: EntryBuilder
-    lru: LruKTier | None = None
-    redis: RedisConnection | None = None
-    redis_tier: RedisTier | None = None
-    replication: StreamReplication | None = None
-    semantic: SemanticTier | None = None
-    features: SemanticFeatureSource | None = None
-    thresholds: ThresholdController = field(
-        default_factory=lambda: ThresholdController(VerifyConfig(), SemanticConfig().threshold)
-    )
-    lookup_turns: LoopTurns = field(default_factory=LoopTurns)
     # Storing a miss's answer is spread out one step per loop iteration, but never waits behind
     # other ready work: a client that repeats its question at once should find it stored.
-    store_turns: LoopTurns = field(default_factory=lambda: LoopTurns(max_deferral_s=0.0))
+    store_turns: LoopTurns
     # A miss's own steps on the loop (sending it upstream, parsing a whole answer, writing it
     # to the client) give way to ready work like the lookups, in a lane of their own: a miss
     # waits for a model anyway, and at most `max_deferral_s` more under a flood of hits.
-    upstream_turns: LoopTurns = field(default_factory=LoopTurns)
-    verifier: Verifier | None = None
-    served: ServedRequests = field(default_factory=ServedRequests)
-    ledger: RequestLedger | None = None  # set by create_app
-    background: list[asyncio.Task[Any]] = field(default_factory=list)
-    # Set once everything the config enables is loaded (models, the rebuilt index).
-    ready: bool = False
-    startup_error: str | None = None
+    upstream_turns: LoopTurns
 
-    def gauges(self) -> dict[str, float]:
-        g: dict[str, float] = {
-            "inflight_upstream_calls": self.admission.active,
-            "queued_upstream_calls": self.admission.queued,
-            "admission_rejections": self.admission.rejected,
-            "breaker_open": 0.0 if self.breaker.snapshot().state == "closed" else 1.0,
-            "breaker_trips": self.breaker.snapshot().trips,
-            "hit_rate": self.stats.hit_rate(),
-            "ready": 1.0 if self.ready else 0.0,
-            "lookup_turns_waiting": self.lookup_turns.waiting,
-            "lookup_turns_granted": self.lookup_turns.granted,
-            "lookup_turns_deferred": self.lookup_turns.deferred,
-            "store_turns_waiting": self.store_turns.waiting,
-            "upstream_turns_waiting": self.upstream_turns.waiting,
-        }
-        if self.lru is not None:
-            g["lru_k_bytes"] = self.lru.bytes_used
-            g["lru_k_evictions"] = self.lru.evictions
-        if self.redis is not None:
-            g["redis_up"] = 1.0 if self.redis.available else 0.0
-            g["redis_outages"] = self.redis.outages
-        if self.semantic is not None:
-            g["semantic_entries"] = self.semantic.size()
-            g["semantic_partitions"] = self.semantic.partitions()
-            g["semantic_evictions"] = self.semantic.evictions
-        if self.features is not None and self.features.ready:
-            for worker, name in zip(
-                self.features.process.workers, ("analysis", "embedding"), strict=True
-            ):
-                g[f"{name}_batches"] = worker.batches
-                g[f"{name}_texts"] = worker.texts
-                g[f"{name}_worker_restarts"] = worker.restarts
-                g[f"{name}_queued"] = worker.queued
-                g[f"{name}_background_queued"] = worker.background_queued
-                g[f"{name}_background_refused"] = worker.background_refused
-        if self.replication is not None:
-            g["replication_events_applied"] = self.replication.applied
-        estimate = self.thresholds.estimator.estimate()
-        g["semantic_threshold"] = self.thresholds.global_threshold
-        g["false_hit_rate"] = estimate.rate
-        g["false_hit_rate_low"] = estimate.low
-        g["false_hit_rate_high"] = estimate.high
-        g["verified_hits"] = estimate.verified
-        return g
 
-    def readiness(self) -> tuple[bool, dict[str, Any]]:
-        b = self.breaker.snapshot()
-        report: dict[str, Any] = {
-            "upstream": self.config.upstream.url,
-            "breaker": {
-                "state": str(b.state),
-                "failures_in_window": b.failures_in_window,
-                "requests_in_window": b.requests_in_window,
-                "trips": b.trips,
-                "retry_after_s": b.retry_after_s,
-            },
-            "redis": {
-                "configured": self.redis is not None,
-                "available": self.redis.available if self.redis is not None else False,
-            },
-            "semantic": {
-                "enabled": self.config.semantic.enabled,
-                "models_loaded": self.features.ready if self.features is not None else False,
-                "entries": self.semantic.size() if self.semantic is not None else 0,
-            },
-        }
-        if self.startup_error is not None:
-            report["error"] = self.startup_error
-        return self.ready, report
+@dataclass(frozen=True, slots=True)
+class ProxyParts:
+    config: DejaConfig
+    clock: Clock
+    requests: RequestParts
+    store: StoreParts
+    upstream: UpstreamParts
+    ttl: TtlPolicy
+    entries: EntryBuilder
+    verifier: Verifier
+    served: ServedRequests
+    telemetry: Telemetry
+    ledger: RequestLedger
+    readiness: Readiness
+
+
+@dataclass(frozen=True, slots=True)
+class FrontParts:
+    config: DejaConfig
+    clock: Clock
+    requests: RequestParts
+    store: StoreParts
+    link: WorkerLink
+    # None when something else runs the worker (tests).
+    worker: WorkerProcess | None
+    report: EdgeReport
+    ledger: RequestLedger
+    # The front's spans are its own (a relayed request's stages are the worker's spans).
+    tracer: StageTracer
+
+
+def build_request_parts(config: DejaConfig) -> RequestParts:
+    rule = CredentialRule(config.proxy, config.cache)
+    return RequestParts(
+        credential_rule=rule,
+        auth=ClientAuth(config.proxy, config.upstream, rule),
+        screen=PromptScreen(config.guardrails.injection_patterns),
+    )
+
+
+def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> StoreParts:
+    """The tiers and the cache service over them. Without `semantic_index` (edge mode's
+    front) no models load and no index is kept, whatever `semantic.enabled` says."""
+    stats = CacheStats()
+    lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
+    local: list[CacheTier] = [lru] if lru is not None else []
+    redis = RedisConnection(config.redis) if config.redis.url else None
+    redis_tier = RedisTier(redis, config.redis) if redis is not None else None
+    thresholds = ThresholdController(config.verify, config.semantic.threshold)
+    lookup_turns = LoopTurns()
+    features = semantic = None
+    if semantic_index and config.semantic.enabled:
+        # Imported here: spaCy, torch and FAISS are heavy, and a deployment without the
+        # semantic tier should not pay for them.
+        from normalize.meaning.guards import MeaningGuard
+        from normalize.runtime.model_features import SemanticFeatureSource
+        from tiers.semantic.tier import SemanticTier
+
+        features = SemanticFeatureSource(config.semantic)
+        semantic = SemanticTier(
+            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats, lookup_turns
+        )
+    replication = None
+    if redis is not None and redis_tier is not None:
+        replication = StreamReplication(
+            redis,
+            redis_tier,
+            config.redis,
+            local,
+            semantic if semantic is not None else NullSemanticIndex(),
+            indexes=semantic_index,
+        )
+    tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
+    service = CacheService(tiers, clock, stats, semantic, replication, turns=lookup_turns)
+    return StoreParts(
+        stats=stats,
+        lru=lru,
+        redis=redis,
+        redis_tier=redis_tier,
+        semantic=semantic,
+        features=features,
+        replication=replication,
+        service=service,
+        thresholds=thresholds,
+        lookup_turns=lookup_turns,
+    )
+
+
+def build_upstream(config: DejaConfig, clock: Clock) -> UpstreamParts:
+    u = config.upstream
+    client = UpstreamClient(u, clock=clock)
+    breaker: Breaker = (
+        CircuitBreaker(config.breaker, clock) if config.breaker.enabled else AlwaysClosedBreaker()
+    )
+    admission = AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s)
+    return UpstreamParts(
+        client=client,
+        breaker=breaker,
+        admission=admission,
+        gate=UpstreamGate(client, breaker, admission),
+        flights=FlightRegistry(),
+        store_turns=LoopTurns(max_deferral_s=0.0),
+        upstream_turns=LoopTurns(),
+    )
+
+
+def build_proxy(
+    config: DejaConfig,
+    clock: Clock,
+    access_log_stream: BinaryIO,
+    span_exporter: SpanExporter | None = None,
+) -> ProxyParts:
+    """The whole proxy's parts (single process, and edge mode's worker)."""
+    store = build_store(config, clock, semantic_index=True)
+    upstream = build_upstream(config, clock)
+    readiness = Readiness()
+    ttl = TtlPolicy(config.ttl)
+    telemetry = Telemetry(
+        config.telemetry, store.stats, gauges_of(store, upstream, readiness), span_exporter
+    )
+    return ProxyParts(
+        config=config,
+        clock=clock,
+        requests=build_request_parts(config),
+        store=store,
+        upstream=upstream,
+        ttl=ttl,
+        entries=EntryBuilder(
+            config.cache,
+            config.degrade,
+            config.semantic,
+            ttl,
+            store.thresholds,
+            clock,
+            store.features,
+        ),
+        verifier=Verifier(
+            config.verify, upstream.gate, store.service, store.thresholds, store.features
+        ),
+        # Without the admin API nothing can name a served request: none is remembered.
+        served=ServedRequests() if config.admin.token else ServedRequests(capacity=0),
+        telemetry=telemetry,
+        ledger=RequestLedger(telemetry, access_log(config, access_log_stream)),
+        readiness=readiness,
+    )
+
+
+def build_front(
+    config: DejaConfig,
+    clock: Clock,
+    access_log_stream: BinaryIO,
+    link: WorkerLink,
+    worker: WorkerProcess | None,
+) -> FrontParts:
+    assert config.redis.url, "config validation requires redis.url with server.edge"
+    store = build_store(config, clock, semantic_index=False)
+    report = EdgeReport(link, store.stats, served_enabled=bool(config.admin.token))
+    return FrontParts(
+        config=config,
+        clock=clock,
+        requests=build_request_parts(config),
+        store=store,
+        link=link,
+        worker=worker,
+        report=report,
+        ledger=RequestLedger(report, access_log(config, access_log_stream)),
+        tracer=build_tracer(config.telemetry),
+    )
+
+
+def access_log(config: DejaConfig, stream: BinaryIO) -> AccessLogWriter:
+    return AccessLog(stream) if config.server.access_log else NoAccessLog()

@@ -14,48 +14,29 @@ worker writes from Redis (`server.edge` requires it) into its own LRU-K, and fol
 replication stream so that deletions, invalidations, feedback and refreshed answers reach its
 LRU-K as they reach any replica's. What it serves it reports to the worker (proxy/edge/report.py),
 whose metrics, stats, access log and feedback count both processes. `/healthz` is the front's;
-every other route, `/readyz` and `/metrics` included, is the worker's.
+every other route, `/readyz` and `/metrics` included, is the worker's. The front's app is made
+by proxy/composition/edge_app.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 
 from aiohttp import web
 
-from core.clock import Clock, SystemClock
-from core.config import CacheConfig, DejaConfig
+from core.config import CacheConfig
 from core.errors import WorkerUnavailable
 from core.tracing import StageTracer
 from normalize.keys.request import Route
-from normalize.keys.screen import PromptScreen
-from normalize.prompt_features import NoFeatureSource
-from proxy.composition.app import settle_collector
 from proxy.edge.report import EdgeReport
 from proxy.edge.worker_link import WorkerLink
-from proxy.edge.worker_process import WorkerProcess
-from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.body import read_body
-from proxy.http.client_auth import ClientAuth
 from proxy.http.hit_writer import HitWriter, describe_lookup
 from proxy.http.request_context import CONTEXT, RequestContext
-from proxy.http.request_frame import RequestFrame
 from proxy.http.request_ledger import RequestLedger
 from proxy.http.request_reader import RequestReader
-from proxy.http.telemetry import build_tracer, shutdown_tracer
-from proxy.protocol.credentials import CredentialRule
-from tiers.base import CacheTier
-from tiers.lru_k import LruKTier
-from tiers.redis_connection import RedisConnection
-from tiers.redis_tier import RedisTier
-from tiers.replication import StreamReplication
-from tiers.semantic.protocol import NullSemanticIndex
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 # Relayed requests that read what the front reports: its report goes first.
 _READS_REPORTS = ("/admin/", "/metrics")
@@ -144,71 +125,3 @@ class EdgeRelay:
             return web.Response(
                 status=503, body=json.dumps(report).encode(), content_type="application/json"
             )
-
-
-def create_edge_app(
-    config: DejaConfig, link: WorkerLink, worker: WorkerProcess | None, clock: Clock | None = None
-) -> web.Application:
-    """The front's composition root (the worker's is proxy/composition/app.py's create_app).
-    `worker` is
-    started and stopped with the app; None when something else runs it (tests)."""
-    assert config.redis.url, "config validation requires redis.url with server.edge"
-    clock = clock or SystemClock()
-    stats = CacheStats()
-    local: list[CacheTier] = [LruKTier(config.lru_k, clock)] if config.lru_k.enabled else []
-    redis = RedisConnection(config.redis)
-    redis_tier = RedisTier(redis, config.redis)
-    service = CacheService([*local, redis_tier], clock, stats)
-    replication = StreamReplication(
-        redis, redis_tier, config.redis, local, NullSemanticIndex(), indexes=False
-    )
-    credential_rule = CredentialRule(config.proxy, config.cache)
-    auth = ClientAuth(config.proxy, config.upstream, credential_rule)
-    screen = PromptScreen(config.guardrails.injection_patterns)
-    reader = RequestReader(config.server, auth, credential_rule, screen, NoFeatureSource())
-    report = EdgeReport(link, stats, served_enabled=bool(config.admin.token))
-    access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
-    ledger = RequestLedger(report, access_log)
-    # The front's spans are its own (a relayed request's stages are the worker's spans).
-    tracer = build_tracer(config.telemetry)
-    completions = EdgeCompletions(
-        config.cache, reader, service, HitWriter(config.pricing, report, clock, stats), link, tracer
-    )
-    relay = EdgeRelay(link, ledger, report, config.server.max_passthrough_bytes)
-
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
-    frame = RequestFrame(app, FrontRecorder(ledger), tracer)
-    frame.route("/v1/chat/completions", "chat", completions.chat, methods=["POST"])
-    frame.route("/v1/completions", "completions", completions.completions, methods=["POST"])
-    frame.route("/healthz", "healthz", relay.healthz, methods=["GET"])
-    frame.route("/{tail:.*}", "relayed", relay.relay)
-
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        if worker is not None:
-            worker.start()
-        await link.start()
-        await redis.start()
-        loop = asyncio.get_running_loop()
-        tasks = [
-            loop.create_task(replication.follow(), name="deja-edge-replication"),
-            loop.create_task(report.run(), name="deja-edge-report"),
-        ]
-        if worker is not None:
-            tasks.append(loop.create_task(worker.watch(), name="deja-edge-worker-watch"))
-        settle_collector()  # as the whole proxy does once started (proxy/composition/app.py)
-        yield
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await ledger.close()
-        await report.flush()  # what the front served last still counts
-        if worker is not None:
-            await worker.stop(config.server.shutdown_grace_s)
-        await link.close()
-        await redis.close()
-        shutdown_tracer(tracer)
-
-    app.cleanup_ctx.append(lifecycle)
-    return app

@@ -20,38 +20,59 @@ from __future__ import annotations
 
 import hmac
 import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from core.clock import Clock
 from core.errors import AuthenticationFailed, InvalidRequest, NotFound
-from proxy.answering.feedback import FeedbackService
+from proxy.answering.feedback import FeedbackService, ServedRequests
 from proxy.answering.warmup import NotReadyForWarmUp, WarmUp
-from proxy.composition.parts import Deja
 from proxy.http.admin_openapi import admin_openapi
 from proxy.http.body import parse_json_object
 from proxy.http.client_auth import ClientAuth, bearer_token
 from proxy.http.request_frame import RequestFrame
 from proxy.protocol.credentials import CredentialRule
 from tiers.base import Entry, Invalidation
+from tiers.service import CacheService
 
 PREFIX = "/admin/v1"
 NDJSON = "application/x-ndjson"
 
 
+@dataclass(frozen=True, slots=True)
+class AdminViews:
+    """What the admin API reads of the rest of the proxy (the composition root makes them)."""
+
+    # Hits by tier and match, sizes, savings, the false-hit estimate: the `stats` route's body.
+    stats: Callable[[], Awaitable[dict[str, Any]]]
+    # False while the semantic models a warm-up line needs are still loading.
+    models_ready: Callable[[], bool]
+    # An entry's similarity threshold as lookups apply it (its floor, the global threshold).
+    effective_threshold: Callable[[float], float]
+    clock: Clock
+
+
 class AdminRoutes:
     def __init__(
         self,
-        deja: Deja,
+        token: str,
+        views: AdminViews,
+        service: CacheService,
+        served: ServedRequests,
         feedback: FeedbackService,
         warmup: WarmUp,
         auth: ClientAuth,
         rule: CredentialRule,
     ) -> None:
-        assert deja.config.admin.token, "the admin API is only mounted with a token"
-        self._deja = deja
-        self._token = deja.config.admin.token.encode()
+        assert token, "the admin API is only mounted with a token"
+        self._token = token.encode()
+        self._views = views
+        self._service = service
+        self._served = served
         self._feedback = feedback
         self._warmup = warmup
         self._auth = auth
@@ -95,7 +116,7 @@ class AdminRoutes:
         signal = _signal(body.get("signal"))
         served = None
         if isinstance(body.get("request_id"), str):
-            served = self._deja.served.get(body["request_id"], tenant)
+            served = self._served.get(body["request_id"], tenant)
             if served is None:
                 raise NotFound(
                     f"no cached answer is known for request {body['request_id']!r} on this replica"
@@ -114,7 +135,7 @@ class AdminRoutes:
                 "feedback": list(outcome.feedback),
                 "feedback_sum": round(sum(outcome.feedback), 6),
                 "ttl_s": round(outcome.ttl_s, 3),
-                "threshold": self._deja.thresholds.effective(outcome.threshold),
+                "threshold": self._views.effective_threshold(outcome.threshold),
             }
         )
 
@@ -122,7 +143,7 @@ class AdminRoutes:
         self._require_admin(request)
         entry_id = request.match_info["entry_id"]
         if request.method == "DELETE":
-            if not await self._deja.service.delete(entry_id):
+            if not await self._service.delete(entry_id):
                 raise NotFound(f"no entry {entry_id!r}")
             return _json({"entry_id": entry_id, "deleted": True})
         return _json(self._describe(await self._entry_for(entry_id, None)))
@@ -131,16 +152,16 @@ class AdminRoutes:
         self._require_admin(request)
         body = parse_json_object(await request.read())
         selector = self._selector(body)
-        count = await self._deja.service.invalidate(selector)
+        count = await self._service.invalidate(selector)
         return _json({"invalidated": count})
 
     async def stats(self, request: web.Request) -> web.Response:
         self._require_admin(request)
-        return _json(await self._stats())
+        return _json(await self._views.stats())
 
     async def warmup(self, request: web.Request) -> web.StreamResponse:
         self._require_admin(request)
-        if self._deja.features is not None and not self._deja.ready:
+        if not self._views.models_ready():
             raise NotReadyForWarmUp("the semantic models are loading; retry when /readyz is 200")
         response = web.StreamResponse(headers={"Content-Type": NDJSON})
         await response.prepare(request)
@@ -190,7 +211,7 @@ class AdminRoutes:
         return "entry_id" in result
 
     async def _entry_for(self, entry_id: str, tenant: str | None) -> Entry:
-        entry = await self._deja.service.get_entry(entry_id)
+        entry = await self._service.get_entry(entry_id)
         if entry is None or (tenant is not None and entry.tenant != tenant):
             raise NotFound(f"no entry {entry_id!r}")
         return entry
@@ -222,7 +243,7 @@ class AdminRoutes:
         return selector
 
     def _describe(self, entry: Entry) -> dict[str, Any]:
-        now = self._deja.clock.time()
+        now = self._views.clock.time()
         return {
             "entry_id": entry.entry_id,
             "route": str(entry.route),
@@ -238,59 +259,10 @@ class AdminRoutes:
             "confidence": entry.confidence,
             "certainty": entry.certainty,
             "feedback": list(entry.feedback),
-            "threshold": self._deja.thresholds.effective(entry.threshold),
+            "threshold": self._views.effective_threshold(entry.threshold),
             "lemma_key": entry.lemma_key is not None,
             "semantic": entry.vector is not None or entry.analysis is not None,
             "completion": entry.completion(entry.entry_id, int(entry.stored_at)),
-        }
-
-    async def _stats(self) -> dict[str, Any]:
-        deja, s = self._deja, self._deja.stats
-        hits: dict[str, dict[str, int]] = {}
-        for (tier, match), n in s.hits.items():
-            hits.setdefault(tier, {})[match] = n
-        estimate = deja.thresholds.estimator.estimate()
-        breaker = deja.breaker.snapshot()
-        sizes: dict[str, Any] = {"semantic_entries": deja.semantic.size() if deja.semantic else 0}
-        if deja.lru is not None:
-            sizes["lru_k_entries"] = await deja.lru.count()
-            sizes["lru_k_bytes"] = deja.lru.bytes_used
-        return {
-            "requests": {
-                "hits": s.total_hits,
-                "misses": s.misses,
-                "bypasses": s.bypasses,
-                "hit_rate": s.hit_rate(),
-            },
-            "hits": hits,
-            "stores": s.stores,
-            "coalesced": s.coalesced,
-            "degraded": dict(s.degraded),
-            "not_stored": dict(s.not_stored),
-            "guard_rejections": dict(s.guard_rejections),
-            "evictions_by_feedback": s.evictions_by_feedback,
-            "sizes": sizes,
-            "saved": {
-                "prompt_tokens": s.prompt_tokens_saved,
-                "completion_tokens": s.completion_tokens_saved,
-                "usd": round(s.usd_saved, 6),
-            },
-            "false_hits": {
-                "verified": estimate.verified,
-                "wrong": estimate.wrong,
-                "rate": estimate.rate,
-                "interval_95": [estimate.low, estimate.high],
-                "target": deja.config.verify.target_false_hit_rate,
-                "global_threshold": deja.thresholds.global_threshold,
-                "complaints": deja.thresholds.complaints,
-                # Fresh answers of failed verifications stored for their prompts.
-                "fresh_answers_kept": deja.verifier.kept if deja.verifier is not None else 0,
-            },
-            "breaker": {"state": str(breaker.state), "trips": breaker.trips},
-            "redis": {
-                "configured": deja.redis is not None,
-                "available": deja.redis.available if deja.redis is not None else False,
-            },
         }
 
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from tests.conftest import ProxyFactory
 
@@ -49,11 +47,10 @@ async def test_readyz_reports_breaker_and_redis(proxy_factory: ProxyFactory) -> 
 
 
 async def test_the_access_log_has_a_line_per_request_without_prompt_or_key(
-    proxy_factory: ProxyFactory, monkeypatch: pytest.MonkeyPatch
+    proxy_factory: ProxyFactory,
 ) -> None:
-    stderr = _KeptOpen()  # the proxy writes its access log to stderr, the last batch at exit
-    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(stderr))
-    proxy = await proxy_factory(server={"access_log": True})
+    log = io.BytesIO()  # the proxy's access log stream (stderr when served)
+    proxy = await proxy_factory(access_log_stream=log, server={"access_log": True})
     body = {"model": "m", "messages": [{"role": "user", "content": "secret-prompt-text"}]}
     headers = {"Authorization": "Bearer sk-client-key-123", "X-Request-Id": "trace-1"}
     async with aiohttp.ClientSession() as s:
@@ -62,17 +59,10 @@ async def test_the_access_log_has_a_line_per_request_without_prompt_or_key(
                 await r.read()
         async with s.get(proxy.url("/metrics")) as r:  # a scrape drains the ledger
             await r.read()
-    err = stderr.getvalue().decode()
-    assert "secret-prompt-text" not in err and "sk-client-key-123" not in err
-    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    logged = log.getvalue().decode()
+    assert "secret-prompt-text" not in logged and "sk-client-key-123" not in logged
+    records = [json.loads(line) for line in logged.splitlines() if line.startswith("{")]
     ours = [r for r in records if r.get("request_id") == "trace-1"]
     assert [r["cache"] for r in ours] == ["miss", "hit"]
     assert all(r["route"] == "chat" and r["status"] == 200 and r["tenant"] for r in ours)
     assert ours[1]["tier"] == "lru_k" and ours[1]["entry"] == ours[0]["entry"]
-
-
-class _KeptOpen(io.BytesIO):
-    """Outlives the text wrapper around it (which closes what it wraps when collected)."""
-
-    def close(self) -> None:
-        return None

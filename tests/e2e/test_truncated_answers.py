@@ -22,7 +22,7 @@ from normalize.prompt_features import NoFeatureSource
 from proxy.answering.flight_call import UpstreamCaller
 from proxy.answering.gate import UpstreamGate
 from proxy.answering.store_rule import StoreRule
-from proxy.composition.app import DEJA
+from proxy.composition.app import PARTS
 from proxy.protocol.credentials import CredentialRule
 from tests.admin.conftest import TOKEN, Client, admin_sections
 from tests.conftest import ProxyFactory, RunningProxy
@@ -265,10 +265,17 @@ async def test_warm_up_lines_follow_the_same_rule(
 def caller_of(proxy: RunningProxy, rule: StoreRule) -> UpstreamCaller:
     """An UpstreamCaller over the proxy's own parts, as create_app builds the one behind both
     misses and verification."""
-    deja = proxy.composition.app[DEJA]
-    gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
+    parts = proxy.app[PARTS]
+    store, upstream = parts.store, parts.upstream
+    gate = UpstreamGate(upstream.client, upstream.breaker, upstream.admission)
     return UpstreamCaller(
-        gate, deja.service, deja.entries, deja.stats, deja.store_turns, deja.upstream_turns, rule
+        gate,
+        store.service,
+        parts.entries,
+        store.stats,
+        upstream.store_turns,
+        upstream.upstream_turns,
+        rule,
     )
 
 
@@ -291,7 +298,7 @@ async def test_a_verifications_fresh_answer_follows_the_same_rule(
     proxy = await proxy_factory(**admin_sections())
     client = Client(aiohttp.ClientSession(), proxy)
     sessions.append(client)
-    config = proxy.composition.app[DEJA].config
+    config = proxy.app[PARTS].config
     anonymous = CredentialRule(config.proxy, config.cache).tenant(())  # the ask below has none
     body = {"model": "m", "messages": [{"role": "user", "content": QUESTION}]}
     request = fingerprint(Route.CHAT, body, anonymous, "")

@@ -14,8 +14,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from proxy.composition.app import create_app
-from proxy.edge.front import create_edge_app
+from proxy.composition.app import create_app, create_edge_app
 from proxy.edge.worker_link import WorkerLink
 from tests.conftest import make_config
 from tests.support.raw_http import RawReply, raw_request

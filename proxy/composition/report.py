@@ -1,0 +1,162 @@
+"""What the proxy reports about its parts: the metrics' gauges, /readyz's body and the admin
+API's stats. The routes get these as callables, never the parts themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the parts import this module to give their telemetry its gauges
+    from proxy.composition.parts import ProxyParts, Readiness, StoreParts, UpstreamParts
+
+
+def gauges_of(
+    store: StoreParts, upstream: UpstreamParts, readiness: Readiness
+) -> Callable[[], Mapping[str, float]]:
+    """The gauge source of the proxy's metrics (read at every scrape)."""
+    return lambda: gauges(store, upstream, readiness)
+
+
+def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> dict[str, float]:
+    breaker = upstream.breaker.snapshot()
+    g: dict[str, float] = {
+        "inflight_upstream_calls": upstream.admission.active,
+        "queued_upstream_calls": upstream.admission.queued,
+        "admission_rejections": upstream.admission.rejected,
+        "breaker_open": 0.0 if breaker.state == "closed" else 1.0,
+        "breaker_trips": breaker.trips,
+        "hit_rate": store.stats.hit_rate(),
+        "ready": 1.0 if readiness.ready else 0.0,
+        "lookup_turns_waiting": store.lookup_turns.waiting,
+        "lookup_turns_granted": store.lookup_turns.granted,
+        "lookup_turns_deferred": store.lookup_turns.deferred,
+        "store_turns_waiting": upstream.store_turns.waiting,
+        "upstream_turns_waiting": upstream.upstream_turns.waiting,
+    }
+    if store.lru is not None:
+        g["lru_k_bytes"] = store.lru.bytes_used
+        g["lru_k_evictions"] = store.lru.evictions
+    if store.redis is not None:
+        g["redis_up"] = 1.0 if store.redis.available else 0.0
+        g["redis_outages"] = store.redis.outages
+    if store.semantic is not None:
+        g["semantic_entries"] = store.semantic.size()
+        g["semantic_partitions"] = store.semantic.partitions()
+        g["semantic_evictions"] = store.semantic.evictions
+    if store.features is not None and store.features.ready:
+        for worker, name in zip(
+            store.features.process.workers, ("analysis", "embedding"), strict=True
+        ):
+            g[f"{name}_batches"] = worker.batches
+            g[f"{name}_texts"] = worker.texts
+            g[f"{name}_worker_restarts"] = worker.restarts
+            g[f"{name}_queued"] = worker.queued
+            g[f"{name}_background_queued"] = worker.background_queued
+            g[f"{name}_background_refused"] = worker.background_refused
+    if store.replication is not None:
+        g["replication_events_applied"] = store.replication.applied
+    estimate = store.thresholds.estimator.estimate()
+    g["semantic_threshold"] = store.thresholds.global_threshold
+    g["false_hit_rate"] = estimate.rate
+    g["false_hit_rate_low"] = estimate.low
+    g["false_hit_rate_high"] = estimate.high
+    g["verified_hits"] = estimate.verified
+    return g
+
+
+def readiness_report(parts: ProxyParts) -> Callable[[], tuple[bool, dict[str, Any]]]:
+    """/readyz: whether start-up is done, and the state of what it depends on."""
+    return lambda: readiness(parts)
+
+
+def readiness(parts: ProxyParts) -> tuple[bool, dict[str, Any]]:
+    store, b = parts.store, parts.upstream.breaker.snapshot()
+    report: dict[str, Any] = {
+        "upstream": parts.config.upstream.url,
+        "breaker": {
+            "state": str(b.state),
+            "failures_in_window": b.failures_in_window,
+            "requests_in_window": b.requests_in_window,
+            "trips": b.trips,
+            "retry_after_s": b.retry_after_s,
+        },
+        "redis": _redis(parts),
+        "semantic": {
+            "enabled": parts.config.semantic.enabled,
+            "models_loaded": store.features.ready if store.features is not None else False,
+            "entries": store.semantic.size() if store.semantic is not None else 0,
+        },
+    }
+    if parts.readiness.error is not None:
+        report["error"] = parts.readiness.error
+    return parts.readiness.ready, report
+
+
+def models_ready(parts: ProxyParts) -> Callable[[], bool]:
+    """Whether what a warm-up line needs is loaded (always, without the semantic tier)."""
+    return lambda: parts.store.features is None or parts.readiness.ready
+
+
+def stats_report(parts: ProxyParts) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """The admin API's stats."""
+
+    async def report() -> dict[str, Any]:
+        return await stats(parts)
+
+    return report
+
+
+async def stats(parts: ProxyParts) -> dict[str, Any]:
+    store, s = parts.store, parts.store.stats
+    hits: dict[str, dict[str, int]] = {}
+    for (tier, match), n in s.hits.items():
+        hits.setdefault(tier, {})[match] = n
+    thresholds = store.thresholds
+    estimate = thresholds.estimator.estimate()
+    breaker = parts.upstream.breaker.snapshot()
+    sizes: dict[str, Any] = {"semantic_entries": store.semantic.size() if store.semantic else 0}
+    if store.lru is not None:
+        sizes["lru_k_entries"] = await store.lru.count()
+        sizes["lru_k_bytes"] = store.lru.bytes_used
+    return {
+        "requests": {
+            "hits": s.total_hits,
+            "misses": s.misses,
+            "bypasses": s.bypasses,
+            "hit_rate": s.hit_rate(),
+        },
+        "hits": hits,
+        "stores": s.stores,
+        "coalesced": s.coalesced,
+        "degraded": dict(s.degraded),
+        "not_stored": dict(s.not_stored),
+        "guard_rejections": dict(s.guard_rejections),
+        "evictions_by_feedback": s.evictions_by_feedback,
+        "sizes": sizes,
+        "saved": {
+            "prompt_tokens": s.prompt_tokens_saved,
+            "completion_tokens": s.completion_tokens_saved,
+            "usd": round(s.usd_saved, 6),
+        },
+        "false_hits": {
+            "verified": estimate.verified,
+            "wrong": estimate.wrong,
+            "rate": estimate.rate,
+            "interval_95": [estimate.low, estimate.high],
+            "target": parts.config.verify.target_false_hit_rate,
+            "global_threshold": thresholds.global_threshold,
+            "complaints": thresholds.complaints,
+            # Fresh answers of failed verifications stored for their prompts.
+            "fresh_answers_kept": parts.verifier.kept,
+        },
+        "breaker": {"state": str(breaker.state), "trips": breaker.trips},
+        "redis": _redis(parts),
+    }
+
+
+def _redis(parts: ProxyParts) -> dict[str, bool]:
+    redis = parts.store.redis
+    return {
+        "configured": redis is not None,
+        "available": redis.available if redis is not None else False,
+    }
