@@ -22,6 +22,7 @@ import numpy as np
 from core.clock import Clock
 from core.errors import TierUnavailable
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures
 from tiers.base import (
@@ -35,7 +36,6 @@ from tiers.base import (
 )
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
 from tiers.semantic.protocol import NullSemanticIndex, SemanticIndex
-from tiers.stats import CacheStats
 
 _log = logging.getLogger("deja.cache")
 
@@ -53,7 +53,7 @@ class CacheService:
         self,
         tiers: Sequence[CacheTier],
         clock: Clock,
-        stats: CacheStats,
+        recorder: CacheRecorder,
         semantic: SemanticIndex | None = None,
         replication: Replication | None = None,
         turns: LoopTurns | None = None,
@@ -62,7 +62,7 @@ class CacheService:
         first = self._tiers[0] if self._tiers else None
         self._memory = first if isinstance(first, InProcessTier) else None
         self._clock = clock
-        self._stats = stats
+        self._recorder = recorder
         self._semantic: SemanticIndex = semantic or NullSemanticIndex()
         self._replication: Replication = replication or NoReplication()
         # The proxy's lookup lane, shared with the semantic tier (create_app passes it); a
@@ -77,11 +77,7 @@ class CacheService:
         try:
             await self._replication.publish(event)
         except TierUnavailable:
-            self._stats.tier_errors["replication"] += 1
-
-    @property
-    def stats(self) -> CacheStats:
-        return self._stats
+            self._recorder.tier_error("replication")
 
     @property
     def semantic(self) -> SemanticIndex:
@@ -152,7 +148,7 @@ class CacheService:
             try:
                 entry = await tier.get(key)
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
                 continue
             if entry is None or entry.partition != request.partition:
                 continue
@@ -220,7 +216,7 @@ class CacheService:
             try:
                 await tier.put(entry)
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
 
     async def store(self, entry: Entry) -> None:
         """Write-through to every tier; an unreachable tier is skipped. An entry that held the
@@ -232,12 +228,12 @@ class CacheService:
             try:
                 previous = await tier.put(entry)
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
                 continue
             if previous is not None and previous not in superseded:
                 superseded.append(previous)
         await self._semantic.add(entry)
-        self._stats.stores += 1
+        self._recorder.stored()
         await self._publish(ReplicationEvent(EventKind.ADD, entry.entry_id))
         for entry_id in superseded:
             await self.delete(entry_id)
@@ -251,7 +247,7 @@ class CacheService:
             try:
                 entry = await tier.get_by_id(entry_id)
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
                 continue
             if entry is not None and not entry.is_gone(now):
                 await self._fill_back(entry, self._tiers[:depth])
@@ -265,7 +261,7 @@ class CacheService:
             try:
                 replaced = await tier.replace(entry) or replaced
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
         await self._semantic.update(entry)
         await self._publish(ReplicationEvent(EventKind.UPDATE, entry.entry_id))
         return replaced
@@ -284,7 +280,7 @@ class CacheService:
             try:
                 deleted = await tier.delete(entry_id) or deleted
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
         deleted = await self._semantic.remove(entry_id) or deleted
         await self._publish(ReplicationEvent(EventKind.DELETE, entry_id))
         return deleted
@@ -296,7 +292,7 @@ class CacheService:
             try:
                 counts.append(await tier.invalidate(selector))
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
         counts.append(await self._semantic.invalidate(selector))
         await self._publish(ReplicationEvent(EventKind.INVALIDATE, selector=selector))
         return max(counts)

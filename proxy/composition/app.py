@@ -27,6 +27,7 @@ from core.clock import Clock, SystemClock
 from core.config import DejaConfig
 from core.errors import TierUnavailable
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from fallback.degrade import Degrader
 from normalize.keys.screen import PromptScreen
@@ -64,7 +65,6 @@ from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
 from tiers.replication import StreamReplication
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 if TYPE_CHECKING:  # only proxy/http/telemetry.py imports OpenTelemetry at run time
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -91,8 +91,8 @@ def create_app(
         _log.warning(
             "cache.tenant_secret is empty: using the development secret; set one in production"
         )
-    stats = CacheStats()
-    deja = _build_core(config, clock, stats, span_exporter)
+    recorder = CacheRecorder()
+    deja = _build_core(config, clock, recorder, span_exporter)
     if not config.admin.token:
         deja.served = ServedRequests(capacity=0)
     features: FeatureSource = deja.features if deja.features is not None else NoFeatureSource()
@@ -116,7 +116,7 @@ def create_app(
             gate,
             deja.service,
             deja.entries,
-            stats,
+            recorder,
             deja.store_turns,
             deja.upstream_turns,
             store_rule,
@@ -126,9 +126,9 @@ def create_app(
         verifier=deja.verifier,
         served=deja.served,
         clock=clock,
-        stats=stats,
+        recorder=recorder,
         turns=deja.upstream_turns,
-        hits=HitWriter(config.pricing, deja.served, clock, stats),
+        hits=HitWriter(config.pricing, deja.served, clock, recorder),
         tracer=deja.telemetry.tracer,
     )
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
@@ -142,7 +142,7 @@ def create_app(
     )
     OpenAIRoutes(handler, deja.upstream, auth, config.server.max_passthrough_bytes).register(frame)
     if config.admin.token:
-        feedback = FeedbackService(deja.service, deja.ttl, deja.thresholds, stats)
+        feedback = FeedbackService(deja.service, deja.ttl, deja.thresholds, recorder)
         warmup = WarmUp(
             deja.service,
             deja.entries,
@@ -156,7 +156,7 @@ def create_app(
     if edge_worker:
         # Outside the frame: a report is not a client's request. Reachable only through the
         # worker's unix socket, in a directory only the front's user can enter.
-        receiver = EdgeReportReceiver(deja.telemetry, stats, deja.served)
+        receiver = EdgeReportReceiver(deja.telemetry, recorder, deja.served)
         app.router.add_post(REPORT_PATH, receiver.handle)
         parent = os.getppid()
         app.on_startup.append(lambda _: _track(deja, exit_with_parent(parent), "deja-edge-parent"))
@@ -169,7 +169,7 @@ async def _track(deja: Deja, job: Coroutine[Any, Any, None], name: str) -> None:
 
 
 def _build_core(
-    config: DejaConfig, clock: Clock, stats: CacheStats, span_exporter: SpanExporter | None
+    config: DejaConfig, clock: Clock, recorder: CacheRecorder, span_exporter: SpanExporter | None
 ) -> Deja:
     """The tiers, the cache service and the upstream side."""
     local: list[CacheTier] = []
@@ -194,9 +194,14 @@ def _build_core(
 
         features = SemanticFeatureSource(config.semantic)
         semantic = SemanticTier(
-            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats, lookup_turns
+            config.semantic,
+            MeaningGuard(config.semantic),
+            thresholds,
+            clock,
+            recorder,
+            lookup_turns,
         )
-    service = CacheService(tiers, clock, stats, semantic, turns=lookup_turns)
+    service = CacheService(tiers, clock, recorder, semantic, turns=lookup_turns)
     replication = None
     if redis is not None and redis_tier is not None:
         replication = StreamReplication(redis, redis_tier, config.redis, local, service.semantic)
@@ -208,13 +213,13 @@ def _build_core(
     deja = Deja(
         config=config,
         clock=clock,
-        stats=stats,
+        recorder=recorder,
         service=service,
         upstream=UpstreamClient(u, clock=clock),
         breaker=breaker,
         admission=AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s),
         flights=FlightRegistry(),
-        telemetry=Telemetry(config.telemetry, stats, lambda: deja.gauges(), span_exporter),
+        telemetry=Telemetry(config.telemetry, recorder, lambda: deja.gauges(), span_exporter),
         ttl=ttl,
         entries=EntryBuilder(
             config.cache, config.degrade, config.semantic, ttl, thresholds, clock, features

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from core.clock import Clock
 from core.config import DejaConfig, SemanticConfig, VerifyConfig
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from fallback.breaker import Breaker
 from proxy.answering.admission import AdmissionControl
 from proxy.answering.entry_builder import EntryBuilder
@@ -25,7 +26,6 @@ from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
 from tiers.replication import StreamReplication
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 if TYPE_CHECKING:
     # Only for annotations: importing these loads spaCy, torch and FAISS, which a proxy
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 class Deja:
     config: DejaConfig
     clock: Clock
-    stats: CacheStats
+    recorder: CacheRecorder
     service: CacheService
     upstream: UpstreamClient
     breaker: Breaker
@@ -79,7 +79,7 @@ class Deja:
             "admission_rejections": self.admission.rejected,
             "breaker_open": 0.0 if self.breaker.snapshot().state == "closed" else 1.0,
             "breaker_trips": self.breaker.snapshot().trips,
-            "hit_rate": self.stats.hit_rate(),
+            "hit_rate": self.recorder.snapshot().hit_rate,
             "ready": 1.0 if self.ready else 0.0,
             "lookup_turns_waiting": self.lookup_turns.waiting,
             "lookup_turns_granted": self.lookup_turns.granted,

@@ -30,6 +30,7 @@ from aiohttp import web
 from core.clock import Clock, SystemClock
 from core.config import CacheConfig, DejaConfig
 from core.errors import WorkerUnavailable
+from core.recorder import CacheRecorder
 from core.tracing import StageTracer
 from normalize.keys.request import Route
 from normalize.keys.screen import PromptScreen
@@ -55,7 +56,6 @@ from tiers.redis_tier import RedisTier
 from tiers.replication import StreamReplication
 from tiers.semantic.protocol import NullSemanticIndex
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 # Relayed requests that read what the front reports: its report goes first.
 _READS_REPORTS = ("/admin/", "/metrics")
@@ -154,11 +154,11 @@ def create_edge_app(
     started and stopped with the app; None when something else runs it (tests)."""
     assert config.redis.url, "config validation requires redis.url with server.edge"
     clock = clock or SystemClock()
-    stats = CacheStats()
+    recorder = CacheRecorder()
     local: list[CacheTier] = [LruKTier(config.lru_k, clock)] if config.lru_k.enabled else []
     redis = RedisConnection(config.redis)
     redis_tier = RedisTier(redis, config.redis)
-    service = CacheService([*local, redis_tier], clock, stats)
+    service = CacheService([*local, redis_tier], clock, recorder)
     replication = StreamReplication(
         redis, redis_tier, config.redis, local, NullSemanticIndex(), indexes=False
     )
@@ -166,13 +166,18 @@ def create_edge_app(
     auth = ClientAuth(config.proxy, config.upstream, credential_rule)
     screen = PromptScreen(config.guardrails.injection_patterns)
     reader = RequestReader(config.server, auth, credential_rule, screen, NoFeatureSource())
-    report = EdgeReport(link, stats, served_enabled=bool(config.admin.token))
+    report = EdgeReport(link, recorder, served_enabled=bool(config.admin.token))
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
     ledger = RequestLedger(report, access_log)
     # The front's spans are its own (a relayed request's stages are the worker's spans).
     tracer = build_tracer(config.telemetry)
     completions = EdgeCompletions(
-        config.cache, reader, service, HitWriter(config.pricing, report, clock, stats), link, tracer
+        config.cache,
+        reader,
+        service,
+        HitWriter(config.pricing, report, clock, recorder),
+        link,
+        tracer,
     )
     relay = EdgeRelay(link, ledger, report, config.server.max_passthrough_bytes)
 

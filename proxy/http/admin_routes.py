@@ -245,7 +245,7 @@ class AdminRoutes:
         }
 
     async def _stats(self) -> dict[str, Any]:
-        deja, s = self._deja, self._deja.stats
+        deja, s = self._deja, self._deja.recorder.snapshot()
         hits: dict[str, dict[str, int]] = {}
         for (tier, match), n in s.hits.items():
             hits.setdefault(tier, {})[match] = n
@@ -260,7 +260,7 @@ class AdminRoutes:
                 "hits": s.total_hits,
                 "misses": s.misses,
                 "bypasses": s.bypasses,
-                "hit_rate": s.hit_rate(),
+                "hit_rate": s.hit_rate,
             },
             "hits": hits,
             "stores": s.stores,

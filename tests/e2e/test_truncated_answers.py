@@ -268,7 +268,7 @@ def caller_of(proxy: RunningProxy, rule: StoreRule) -> UpstreamCaller:
     deja = proxy.composition.app[DEJA]
     gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
     return UpstreamCaller(
-        gate, deja.service, deja.entries, deja.stats, deja.store_turns, deja.upstream_turns, rule
+        gate, deja.service, deja.entries, deja.recorder, deja.store_turns, deja.upstream_turns, rule
     )
 
 
