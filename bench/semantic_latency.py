@@ -46,6 +46,7 @@ from core.clock import SystemClock
 from core.config import SemanticConfig, VerifyConfig
 from core.cpu_priority import become_idle_priority
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from normalize.keys.fingerprint import fingerprint
 from normalize.keys.request import Route
 from normalize.meaning.guards import MeaningGuard
@@ -56,7 +57,6 @@ from tests.support.stub_process import stub_argv
 from tiers.base import Entry
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.tier import SemanticTier
-from tiers.stats import CacheStats
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "banking77.dev.jsonl"
 
@@ -82,7 +82,7 @@ async def in_process(
     await features.start()
     thresholds = ThresholdController(VerifyConfig(), config.threshold)
     tier = SemanticTier(
-        config, MeaningGuard(config), thresholds, SystemClock(), CacheStats(), LoopTurns()
+        config, MeaningGuard(config), thresholds, SystemClock(), CacheRecorder(), LoopTurns()
     )
     tier.set_dimension(features.dim)
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}

@@ -22,6 +22,7 @@ import numpy as np
 from core.clock import Clock
 from core.errors import TierUnavailable
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures
 from tiers.base import (
@@ -35,7 +36,6 @@ from tiers.base import (
 )
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
 from tiers.semantic.protocol import NullSemanticIndex, SemanticIndex
-from tiers.stats import CacheStats
 
 _log = logging.getLogger("deja.cache")
 
@@ -53,7 +53,7 @@ class CacheService:
         self,
         tiers: Sequence[CacheTier],
         clock: Clock,
-        stats: CacheStats,
+        recorder: CacheRecorder,
         semantic: SemanticIndex | None = None,
         replication: Replication | None = None,
         turns: LoopTurns | None = None,
@@ -62,7 +62,7 @@ class CacheService:
         first = self._tiers[0] if self._tiers else None
         self._memory = first if isinstance(first, InProcessTier) else None
         self._clock = clock
-        self._stats = stats
+        self._recorder = recorder
         self._semantic: SemanticIndex = semantic or NullSemanticIndex()
         # Where every change is told to other replicas (built before the service, over the same
         # semantic index); none without Redis.
@@ -75,11 +75,7 @@ class CacheService:
         try:
             await self._replication.publish(event)
         except TierUnavailable:
-            self._stats.tier_errors["replication"] += 1
-
-    @property
-    def stats(self) -> CacheStats:
-        return self._stats
+            self._recorder.tier_error("replication")
 
     @property
     def semantic(self) -> SemanticIndex:
@@ -150,7 +146,7 @@ class CacheService:
             try:
                 entry = await tier.get(key)
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
                 continue
             if entry is None or entry.partition != request.partition:
                 continue
@@ -218,7 +214,7 @@ class CacheService:
             try:
                 await tier.put(entry)
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
 
     async def store(self, entry: Entry) -> None:
         """Write-through to every tier; an unreachable tier is skipped. An entry that held the
@@ -230,12 +226,12 @@ class CacheService:
             try:
                 previous = await tier.put(entry)
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
                 continue
             if previous is not None and previous not in superseded:
                 superseded.append(previous)
         await self._semantic.add(entry)
-        self._stats.stores += 1
+        self._recorder.stored()
         await self._publish(ReplicationEvent(EventKind.ADD, entry.entry_id))
         for entry_id in superseded:
             await self.delete(entry_id)
@@ -249,7 +245,7 @@ class CacheService:
             try:
                 entry = await tier.get_by_id(entry_id)
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
                 continue
             if entry is not None and not entry.is_gone(now):
                 await self._fill_back(entry, self._tiers[:depth])
@@ -263,7 +259,7 @@ class CacheService:
             try:
                 replaced = await tier.replace(entry) or replaced
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
         await self._semantic.update(entry)
         await self._publish(ReplicationEvent(EventKind.UPDATE, entry.entry_id))
         return replaced
@@ -282,7 +278,7 @@ class CacheService:
             try:
                 deleted = await tier.delete(entry_id) or deleted
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
         deleted = await self._semantic.remove(entry_id) or deleted
         await self._publish(ReplicationEvent(EventKind.DELETE, entry_id))
         return deleted
@@ -294,7 +290,7 @@ class CacheService:
             try:
                 counts.append(await tier.invalidate(selector))
             except TierUnavailable:
-                self._stats.tier_errors[str(tier.name)] += 1
+                self._recorder.tier_error(tier.name)
         counts.append(await self._semantic.invalidate(selector))
         await self._publish(ReplicationEvent(EventKind.INVALIDATE, selector=selector))
         return max(counts)

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+from core.recorder import CacheRecorder
 from tiers.base import Entry, MatchKind
 from tiers.policies.thresholds import ThresholdController
 from tiers.policies.ttl import TtlPolicy, signal_value
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +82,12 @@ class FeedbackService:
         service: CacheService,
         ttl: TtlPolicy,
         thresholds: ThresholdController,
-        stats: CacheStats,
+        recorder: CacheRecorder,
     ) -> None:
         self._service = service
         self._ttl = ttl
         self._thresholds = thresholds
-        self._stats = stats
+        self._recorder = recorder
 
     async def apply(
         self, entry: Entry, signal: str | float, served: ServedRecord | None = None
@@ -101,7 +101,7 @@ class FeedbackService:
             threshold = self._thresholds.floor_after(threshold, served.similarity, agreed=False)
         if self._ttl.should_evict(feedback):
             await self._service.delete(entry.entry_id)
-            self._stats.evictions_by_feedback += 1
+            self._recorder.evicted_by_feedback()
             return FeedbackOutcome(entry.entry_id, True, feedback, 0.0, threshold)
         ttl_s = self._ttl.ttl_s(entry.confidence, entry.certainty, feedback)
         updated = replace(entry, feedback=feedback, ttl_s=ttl_s, threshold=threshold)

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder, NotStoredReason
 from core.tracing import NoopTracer, StageTracer
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures
@@ -26,7 +27,6 @@ from proxy.answering.store_rule import StoreRule
 from proxy.protocol.sse import DONE, CompletionAssembler, SseParser
 from proxy.upstream.client import UpstreamRequest, UpstreamResponse
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 _log = logging.getLogger("deja.upstream")
 
@@ -51,7 +51,7 @@ class UpstreamCaller:
         gate: UpstreamGate,
         service: CacheService,
         entries: EntryBuilder,
-        stats: CacheStats,
+        recorder: CacheRecorder,
         store_turns: LoopTurns,
         upstream_turns: LoopTurns,
         store_rule: StoreRule,
@@ -64,7 +64,7 @@ class UpstreamCaller:
         self._upstream_turns = upstream_turns
         self._service = service
         self._entries = entries
-        self._stats = stats
+        self._recorder = recorder
 
     async def run(self, flight: Flight, plan: CallPlan) -> None:
         """The body of a flight's task (see FlightRegistry.start)."""
@@ -115,7 +115,9 @@ class UpstreamCaller:
             obj = _json_object(raw)
             flight.publish(FlightBody(raw, obj))
             if not ok or obj is None:
-                self._stats.not_stored["error" if not ok else "bad_body"] += 1
+                self._recorder.not_stored(
+                    NotStoredReason.ERROR if not ok else NotStoredReason.BAD_BODY
+                )
                 return None
             return obj if self._storable(plan, obj) else None
         assembler = CompletionAssembler(plan.request.route)
@@ -127,7 +129,7 @@ class UpstreamCaller:
         completion = assembler.completion() if assembler.saw_done else None
         flight.publish(FlightEnd(completion))
         if completion is None or assembler.error is not None or garbled:
-            self._stats.not_stored["incomplete"] += 1
+            self._recorder.not_stored(NotStoredReason.INCOMPLETE)
             return None
         return completion if self._storable(plan, completion) else None
 
@@ -152,11 +154,11 @@ class UpstreamCaller:
 
     def _storable(self, plan: CallPlan, completion: dict[str, Any]) -> bool:
         if not plan.store:
-            self._stats.not_stored["no_store"] += 1
+            self._recorder.not_stored(NotStoredReason.NO_STORE)
             return False
         refusal = self._rule.refusal(completion)
         if refusal is not None:
-            self._stats.not_stored[refusal] += 1
+            self._recorder.not_stored(refusal)
             return False
         return True
 
@@ -193,7 +195,7 @@ class UpstreamCaller:
                 strip_logprobs,
             )
             if entry is None:
-                self._stats.not_stored["too_large"] += 1
+                self._recorder.not_stored(NotStoredReason.TOO_LARGE)
                 return
             await self._store_turns.take()
             await self._service.store(entry)

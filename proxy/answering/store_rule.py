@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.recorder import NotStoredReason, OtherFinishReason
 from proxy.protocol.sse import CLEAN_FINISH, TRUNCATED_FINISH
 
 
@@ -24,19 +25,25 @@ from proxy.protocol.sse import CLEAN_FINISH, TRUNCATED_FINISH
 class StoreRule:
     store_truncated: bool = True
 
-    def refusal(self, completion: Any) -> str | None:
-        """None when this completion may be stored; else why not, as `CacheStats.not_stored`
-        names it (`no_choices`, `unfinished`, or the offending finish reason)."""
+    def refusal(self, completion: Any) -> NotStoredReason | OtherFinishReason | None:
+        """None when this completion may be stored; else why not, as the recorder counts it
+        (`no_choices`, `unfinished`, or the offending finish reason)."""
         choices = completion.get("choices") if isinstance(completion, dict) else None
         if not isinstance(choices, list) or not choices:
-            return "no_choices"
+            return NotStoredReason.NO_CHOICES
         for choice in choices:
             reason = choice.get("finish_reason") if isinstance(choice, dict) else None
             if reason is None:
-                return "unfinished"
+                return NotStoredReason.UNFINISHED
             if reason in CLEAN_FINISH:
                 continue
             if reason == TRUNCATED_FINISH and self.store_truncated:
                 continue
-            return str(reason)
+            return _refused_finish(str(reason))
         return None
+
+
+def _refused_finish(reason: str) -> NotStoredReason | OtherFinishReason:
+    if reason in (NotStoredReason.LENGTH, NotStoredReason.CONTENT_FILTER):
+        return NotStoredReason(reason)
+    return OtherFinishReason(reason)

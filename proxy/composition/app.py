@@ -101,7 +101,7 @@ def create_app(
     if edge_worker:
         # Outside the frame: a report is not a client's request. Reachable only through the
         # worker's unix socket, in a directory only the front's user can enter.
-        receiver = EdgeReportReceiver(parts.telemetry, parts.store.stats, parts.served)
+        receiver = EdgeReportReceiver(parts.telemetry, parts.store.recorder, parts.served)
         app.router.add_post(REPORT_PATH, receiver.handle)
     frame.not_found_route()
     return app
@@ -121,7 +121,7 @@ def _completions(
             upstream.gate,
             store.service,
             parts.entries,
-            store.stats,
+            store.recorder,
             upstream.store_turns,
             upstream.upstream_turns,
             store_rule,
@@ -131,9 +131,9 @@ def _completions(
         verifier=parts.verifier,
         served=parts.served,
         clock=clock,
-        stats=store.stats,
+        recorder=store.recorder,
         turns=upstream.upstream_turns,
-        hits=HitWriter(config.pricing, parts.served, clock, store.stats),
+        hits=HitWriter(config.pricing, parts.served, clock, store.recorder),
         tracer=parts.telemetry.tracer,
     )
 
@@ -160,7 +160,7 @@ def _admin_routes(parts: ProxyParts, features: FeatureSource, store_rule: StoreR
         views,
         store.service,
         parts.served,
-        FeedbackService(store.service, parts.ttl, store.thresholds, store.stats),
+        FeedbackService(store.service, parts.ttl, store.thresholds, store.recorder),
         warmup,
         requests.auth,
         requests.credential_rule,
@@ -188,7 +188,7 @@ def create_edge_app(
     reader = RequestReader(
         config.server, requests.auth, requests.credential_rule, requests.screen, NoFeatureSource()
     )
-    hits = HitWriter(config.pricing, parts.report, parts.clock, parts.store.stats)
+    hits = HitWriter(config.pricing, parts.report, parts.clock, parts.store.recorder)
     completions = EdgeCompletions(
         config.cache, reader, parts.store.service, hits, link, parts.tracer
     )

@@ -1,7 +1,7 @@
 """The graph of long-lived parts, built once from a DejaConfig and a clock, and frozen.
 
     RequestParts   credential rule (the tenant hasher), client auth, prompt screen
-    StoreParts     stats, LRU-K, Redis, the semantic index and its models, replication,
+    StoreParts     the recorder, LRU-K, Redis, the semantic index and its models, replication,
                    the cache service over them
     UpstreamParts  the pooled client, breaker, admission, gate, singleflight registry, lanes
     ProxyParts     the whole proxy (single process, and edge mode's worker)
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from core.clock import Clock
 from core.config import DejaConfig
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from core.tracing import StageTracer
 from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from normalize.keys.screen import PromptScreen
@@ -52,7 +53,6 @@ from tiers.redis_tier import RedisTier
 from tiers.replication import StreamReplication
 from tiers.semantic.protocol import NullSemanticIndex
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 if TYPE_CHECKING:
     # Only for annotations. The semantic parts load spaCy, torch and FAISS, which a proxy
@@ -102,7 +102,7 @@ class RequestParts:
 
 @dataclass(frozen=True, slots=True)
 class StoreParts:
-    stats: CacheStats
+    recorder: CacheRecorder
     lru: LruKTier | None
     redis: RedisConnection | None
     redis_tier: RedisTier | None
@@ -175,7 +175,7 @@ def build_request_parts(config: DejaConfig) -> RequestParts:
 def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> StoreParts:
     """The tiers and the cache service over them. Without `semantic_index` (edge mode's
     front) no models load and no index is kept, whatever `semantic.enabled` says."""
-    stats = CacheStats()
+    recorder = CacheRecorder()
     lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
     local: list[CacheTier] = [lru] if lru is not None else []
     redis = RedisConnection(config.redis) if config.redis.url else None
@@ -192,7 +192,12 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
 
         features = SemanticFeatureSource(config.semantic)
         semantic = SemanticTier(
-            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats, lookup_turns
+            config.semantic,
+            MeaningGuard(config.semantic),
+            thresholds,
+            clock,
+            recorder,
+            lookup_turns,
         )
     replication = None
     if redis is not None and redis_tier is not None:
@@ -205,9 +210,9 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             indexes=semantic_index,
         )
     tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
-    service = CacheService(tiers, clock, stats, semantic, replication, turns=lookup_turns)
+    service = CacheService(tiers, clock, recorder, semantic, replication, turns=lookup_turns)
     return StoreParts(
-        stats=stats,
+        recorder=recorder,
         lru=lru,
         redis=redis,
         redis_tier=redis_tier,
@@ -250,7 +255,7 @@ def build_proxy(
     readiness = Readiness()
     ttl = TtlPolicy(config.ttl)
     telemetry = Telemetry(
-        config.telemetry, store.stats, gauges_of(store, upstream, readiness), span_exporter
+        config.telemetry, store.recorder, gauges_of(store, upstream, readiness), span_exporter
     )
     return ProxyParts(
         config=config,
@@ -288,7 +293,7 @@ def build_front(
 ) -> FrontParts:
     assert config.redis.url, "config validation requires redis.url with server.edge"
     store = build_store(config, clock, semantic_index=False)
-    report = EdgeReport(link, store.stats, served_enabled=bool(config.admin.token))
+    report = EdgeReport(link, store.recorder, served_enabled=bool(config.admin.token))
     return FrontParts(
         config=config,
         clock=clock,

@@ -25,7 +25,7 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
         "admission_rejections": upstream.admission.rejected,
         "breaker_open": 0.0 if breaker.state == "closed" else 1.0,
         "breaker_trips": breaker.trips,
-        "hit_rate": store.stats.hit_rate(),
+        "hit_rate": store.recorder.snapshot().hit_rate,
         "ready": 1.0 if readiness.ready else 0.0,
         "lookup_turns_waiting": store.lookup_turns.waiting,
         "lookup_turns_granted": store.lookup_turns.granted,
@@ -107,7 +107,7 @@ def stats_report(parts: ProxyParts) -> Callable[[], Awaitable[dict[str, Any]]]:
 
 
 async def stats(parts: ProxyParts) -> dict[str, Any]:
-    store, s = parts.store, parts.store.stats
+    store, s = parts.store, parts.store.recorder.snapshot()
     hits: dict[str, dict[str, int]] = {}
     for (tier, match), n in s.hits.items():
         hits.setdefault(tier, {})[match] = n
@@ -123,7 +123,7 @@ async def stats(parts: ProxyParts) -> dict[str, Any]:
             "hits": s.total_hits,
             "misses": s.misses,
             "bypasses": s.bypasses,
-            "hit_rate": s.hit_rate(),
+            "hit_rate": s.hit_rate,
         },
         "hits": hits,
         "stores": s.stores,

@@ -24,11 +24,11 @@ import orjson
 from aiohttp import web
 
 from core.errors import WorkerUnavailable
+from core.recorder import CacheRecorder, ServedCounts
 from proxy.answering.feedback import ServedRecord, ServedRequests
 from proxy.edge.worker_link import WorkerLink
 from proxy.http.request_ledger import RequestObserver
 from tiers.base import MatchKind
-from tiers.stats import CacheStats
 
 REPORT_PATH = "/internal/v1/edge-report"
 _VERSION = 2
@@ -45,13 +45,13 @@ class EdgeReport:
     def __init__(
         self,
         link: WorkerLink,
-        stats: CacheStats,
+        recorder: CacheRecorder,
         served_enabled: bool,
         interval_s: float = 0.2,
         max_pending: int = 100_000,
     ) -> None:
         self._link = link
-        self._stats = stats
+        self._recorder = recorder
         self._served_enabled = served_enabled
         self._interval_s = interval_s
         self._max_pending = max_pending
@@ -91,12 +91,11 @@ class EdgeReport:
         """Hand everything observed so far to the worker (kept for the next flush when the
         worker cannot take it)."""
         async with self._lock:
-            stats = self._stats
-            if not (self._observed or self._served or stats.hits or stats.tier_errors):
+            counts = self._recorder.take_served()
+            if not (self._observed or self._served) and counts.empty:
                 return
             observed, served = self._observed, self._served
             self._observed, self._served, self._pending = {}, deque(), 0
-            counters = _take_counters(stats)
             payload = orjson.dumps(
                 {
                     "v": _VERSION,
@@ -104,20 +103,20 @@ class EdgeReport:
                         [*labels, list(durations)] for labels, durations in observed.items()
                     ],
                     "served": list(served),
-                    **counters,
+                    **_encoded(counts),
                 }
             )
             try:
                 await self._link.post(REPORT_PATH, payload)
             except WorkerUnavailable as exc:
-                self._give_back(observed, served, counters)
+                self._give_back(observed, served, counts)
                 _log.warning("edge report not delivered, kept for the next: %s", exc.message)
 
     def _give_back(
         self,
         observed: dict[_Labels, deque[float]],
         served: deque[_Served],
-        counters: dict[str, Any],
+        counts: ServedCounts,
     ) -> None:
         # What was taken is older than what came in during the failed post: it goes first.
         for labels, durations in self._observed.items():
@@ -127,7 +126,7 @@ class EdgeReport:
         served.extend(self._served)
         self._served = served
         self._trim_served()
-        _add_counters(self._stats, counters)
+        self._recorder.add_served(counts)
         while self._pending > self._max_pending:
             self._drop_oldest()
 
@@ -143,37 +142,36 @@ class EdgeReport:
         self.dropped += 1
 
 
-def _take_counters(stats: CacheStats) -> dict[str, Any]:
-    """The front's counters since the last report, and zero in their place."""
-    taken = {
-        "hits": [[tier, match, n] for (tier, match), n in stats.hits.items()],
-        "tier_errors": dict(stats.tier_errors),
-        "prompt_tokens_saved": stats.prompt_tokens_saved,
-        "completion_tokens_saved": stats.completion_tokens_saved,
-        "usd_saved": stats.usd_saved,
+def _encoded(counts: ServedCounts) -> dict[str, Any]:
+    """The front's served counts as the report carries them (JSON has no tuple keys)."""
+    return {
+        "hits": [[tier, match, n] for (tier, match), n in counts.hits.items()],
+        "tier_errors": dict(counts.tier_errors),
+        "prompt_tokens_saved": counts.prompt_tokens_saved,
+        "completion_tokens_saved": counts.completion_tokens_saved,
+        "usd_saved": counts.usd_saved,
     }
-    stats.hits.clear()
-    stats.tier_errors.clear()
-    stats.prompt_tokens_saved = stats.completion_tokens_saved = 0
-    stats.usd_saved = 0.0
-    return taken
 
 
-def _add_counters(stats: CacheStats, counters: dict[str, Any]) -> None:
-    stats.hits.update({(tier, match): n for tier, match, n in counters["hits"]})
-    stats.tier_errors.update(counters["tier_errors"])  # Counter.update adds
-    stats.prompt_tokens_saved += counters["prompt_tokens_saved"]
-    stats.completion_tokens_saved += counters["completion_tokens_saved"]
-    stats.usd_saved += counters["usd_saved"]
+def _decoded(report: dict[str, Any]) -> ServedCounts:
+    return ServedCounts(
+        hits={(tier, match): n for tier, match, n in report["hits"]},
+        tier_errors=dict(report["tier_errors"]),
+        prompt_tokens_saved=report["prompt_tokens_saved"],
+        completion_tokens_saved=report["completion_tokens_saved"],
+        usd_saved=report["usd_saved"],
+    )
 
 
 class EdgeReportReceiver:
     """The worker's side: applies a report to its request metrics, counters and served
     records."""
 
-    def __init__(self, metrics: RequestObserver, stats: CacheStats, served: ServedRequests) -> None:
+    def __init__(
+        self, metrics: RequestObserver, recorder: CacheRecorder, served: ServedRequests
+    ) -> None:
         self._metrics = metrics
-        self._stats = stats
+        self._recorder = recorder
         self._served = served
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -197,5 +195,5 @@ class EdgeReportReceiver:
             for request_id, entry_id, tenant, match, similarity in report["served"]:
                 kind = MatchKind(match) if match is not None else None
                 self._served.remember(request_id, ServedRecord(entry_id, tenant, kind, similarity))
-        _add_counters(self._stats, report)
+        self._recorder.add_served(_decoded(report))
         return count

@@ -18,6 +18,7 @@ from core.config import CacheConfig, UpstreamConfig
 from core.errors import DejaError
 from core.ids import IdSequence
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from core.tracing import NoopTracer, StageTracer
 from fallback.degrade import Degrader
 from normalize.keys.request import CacheRequest, Route
@@ -38,7 +39,6 @@ from proxy.http.responses import (
 )
 from tiers.base import Lookup, MatchKind
 from tiers.service import CacheService, LookupOutcome
-from tiers.stats import CacheStats
 
 
 class CompletionHandler:
@@ -54,7 +54,7 @@ class CompletionHandler:
         verifier: Verifier,
         served: ServedRequests,
         clock: Clock,
-        stats: CacheStats,
+        recorder: CacheRecorder,
         turns: LoopTurns,
         hits: HitWriter,
         tracer: StageTracer | None = None,
@@ -71,7 +71,7 @@ class CompletionHandler:
         self._verifier = verifier
         self._served = served
         self._clock = clock
-        self._stats = stats
+        self._recorder = recorder
         self._hits = hits
         self._response_ids = IdSequence()
 
@@ -93,14 +93,14 @@ class CompletionHandler:
             if outcome.hit is not None:
                 return await self._serve_hit(request, ctx, read, outcome.hit)
             ctx.cache = CacheOutcome.MISS
-            self._stats.misses += 1
+            self._recorder.miss()
         else:
-            self._stats.bypasses += 1
+            self._recorder.bypass()
         store = cacheable and read.directives.store and not read.suspicious
         flight = self._flights.joinable(creq.exact_key) if looked_up else None
         if flight is not None:
             ctx.coalesced = True
-            self._stats.coalesced += 1
+            self._recorder.coalesced()
         else:
             plan = self._plan(read, store)
             flight = Flight(
@@ -160,7 +160,7 @@ class CompletionHandler:
             ctx.tier, ctx.match = str(answer.lookup.tier), str(answer.lookup.match)
             ctx.similarity = answer.lookup.similarity
             ctx.entry_id, ctx.ttl_s, ctx.age_s = entry.entry_id, entry.ttl_s, entry.age_s(now)
-        self._stats.degraded[str(answer.kind)] += 1
+        self._recorder.degraded(answer.kind)
         completion = {
             **answer.completion,
             "id": new_response_id(creq.route, self._response_ids),

@@ -14,6 +14,7 @@ from aiohttp import web
 from core.clock import Clock
 from core.config import PricingConfig
 from core.ids import IdSequence
+from core.recorder import CacheRecorder
 from core.tracing import SpanNotes
 from normalize.keys.request import CacheRequest
 from proxy.answering.feedback import ServedRecord
@@ -21,7 +22,6 @@ from proxy.http.request_context import CacheOutcome, RequestContext
 from proxy.http.responses import json_response, new_response_id, write_replay
 from tiers.base import Lookup
 from tiers.service import LookupOutcome
-from tiers.stats import CacheStats
 
 
 def describe_lookup(span: SpanNotes, outcome: LookupOutcome) -> None:
@@ -47,11 +47,11 @@ class ServedLog(Protocol):
 
 class HitWriter:
     def __init__(
-        self, pricing: PricingConfig, served: ServedLog, clock: Clock, stats: CacheStats
+        self, pricing: PricingConfig, served: ServedLog, clock: Clock, recorder: CacheRecorder
     ) -> None:
         self._served = served
         self._clock = clock
-        self._stats = stats
+        self._recorder = recorder
         self._response_ids = IdSequence()
         self._prices = {
             p.model: (p.prompt_per_1k_usd, p.completion_per_1k_usd) for p in pricing.models
@@ -81,11 +81,11 @@ class HitWriter:
         return json_response(entry.render_json(response_id, created), ctx)
 
     def _count(self, lookup: Lookup) -> None:
-        entry, stats = lookup.entry, self._stats
-        stats.hits[(str(lookup.tier), str(lookup.match))] += 1
-        stats.prompt_tokens_saved += entry.prompt_tokens
-        stats.completion_tokens_saved += entry.completion_tokens
+        entry = lookup.entry
         prompt_price, completion_price = self._prices.get(entry.model, self._default_price)
-        stats.usd_saved += (
+        usd = (
             entry.prompt_tokens * prompt_price + entry.completion_tokens * completion_price
         ) / 1000
+        self._recorder.hit(
+            lookup.tier, lookup.match, entry.prompt_tokens, entry.completion_tokens, usd
+        )

@@ -1,6 +1,6 @@
 """Prometheus metrics and OpenTelemetry spans: the only module that imports either.
 
-The core records plain counters (`tiers.stats.CacheStats`) and opens spans through the
+The core records plain counters (`core.recorder.CacheRecorder`) and opens spans through the
 `core.tracing.StageTracer` seam; this module exports them. Each app gets its own Prometheus
 registry and its own tracer provider (nothing global), so tests can build many apps.
 """
@@ -27,8 +27,8 @@ from prometheus_client.registry import Collector
 
 from core.config import TelemetryConfig
 from core.errors import ConfigError
+from core.recorder import CacheRecorder
 from core.tracing import AttributeValue, NoopTracer, SpanNotes, StageTracer
-from tiers.stats import CacheStats
 
 GaugeSource = Callable[[], Mapping[str, float]]
 _LATENCY_BUCKETS = (
@@ -93,12 +93,12 @@ def build_tracer(config: TelemetryConfig, exporter: SpanExporter | None = None) 
 
 
 class _StatsCollector(Collector):
-    def __init__(self, stats: CacheStats, gauges: GaugeSource) -> None:
-        self._stats = stats
+    def __init__(self, recorder: CacheRecorder, gauges: GaugeSource) -> None:
+        self._recorder = recorder
         self._gauges = gauges
 
     def collect(self) -> Iterator[Any]:
-        s = self._stats
+        s = self._recorder.snapshot()
         hits = CounterMetricFamily(
             "deja_cache_hits", "Cache hits by tier and match kind", labels=["tier", "match"]
         )
@@ -200,7 +200,7 @@ class Telemetry:
     def __init__(
         self,
         config: TelemetryConfig,
-        stats: CacheStats,
+        recorder: CacheRecorder,
         gauges: GaugeSource,
         span_exporter: SpanExporter | None = None,
     ) -> None:
@@ -208,7 +208,7 @@ class Telemetry:
         self.tracer = build_tracer(config, span_exporter)
         self._requests = RequestMetrics()
         self.registry.register(self._requests)
-        self.registry.register(_StatsCollector(stats, gauges))
+        self.registry.register(_StatsCollector(recorder, gauges))
 
     def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
         self._requests.observe_request(route, cache, status, seconds)

@@ -26,6 +26,7 @@ from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
 from core.errors import CorruptEntry
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.signature import Analysis, MeaningSignature
 from tests.support.entries import TAG, make_entry
@@ -34,7 +35,6 @@ from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.protocol import NullSemanticIndex, SemanticIndex
 from tiers.semantic.tier import SemanticTier
 from tiers.semantic.vector_index import VectorIndex
-from tiers.stats import CacheStats
 
 DIM = 8
 THRESHOLD = 0.9
@@ -100,7 +100,7 @@ def build_tier(variant: str, **overrides: Any) -> SemanticTier:
         MeaningGuard(config),
         ThresholdController(VerifyConfig(), config.threshold),
         ManualClock(wall_start_s=NOW_S),
-        CacheStats(),
+        CacheRecorder(),
         LoopTurns(),
     )
     tier.set_dimension(DIM)

@@ -272,7 +272,7 @@ def caller_of(proxy: RunningProxy, rule: StoreRule) -> UpstreamCaller:
         gate,
         store.service,
         parts.entries,
-        store.stats,
+        store.recorder,
         upstream.store_turns,
         upstream.upstream_turns,
         rule,

@@ -16,6 +16,7 @@ import pytest
 from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.runtime.embedder import Embedder
@@ -23,7 +24,6 @@ from tests.support.entries import make_entry
 from tiers.base import Entry
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.tier import SemanticTier
-from tiers.stats import CacheStats
 
 QUERY = "How do I reset my PIN?"
 NEAREST = "How can I reset my PIN?"
@@ -37,13 +37,13 @@ class Fixture:
     def __init__(self, analyzer: LemmaAnalyzer, embedder: Embedder, margin: float) -> None:
         self.config = SemanticConfig(answer_margin=margin)
         self.analyzer, self.embedder = analyzer, embedder
-        self.stats = CacheStats()
+        self.recorder = CacheRecorder()
         self.tier = SemanticTier(
             self.config,
             MeaningGuard(self.config),
             ThresholdController(VerifyConfig(), self.config.threshold),
             ManualClock(wall_start_s=1_700_001_010.0),
-            self.stats,
+            self.recorder,
             LoopTurns(),
         )
         self.tier.set_dimension(384)
@@ -84,7 +84,7 @@ async def test_a_neighbour_answered_differently_refuses_the_hit(make: Make) -> N
     await f.tier.add(f.entry("near", NEAREST, CHANGE))
     await f.tier.add(f.entry("next", NEXT, BLOCKED))
     assert await f.search() == []
-    assert f.stats.guard_rejections["answers"] == 1
+    assert f.recorder.snapshot().guard_rejections["answers"] == 1
 
 
 async def test_neighbours_that_agree_let_the_nearest_answer(make: Make) -> None:
@@ -141,4 +141,4 @@ async def test_a_lemma_key_match_is_checked_the_same_way(make: Make) -> None:
     assert not await f.contradicts(near.entry_id)
     await f.tier.add(f.entry("other", "How can I go about resetting my PIN?", BLOCKED))
     assert await f.contradicts(near.entry_id)
-    assert f.stats.guard_rejections["answers"] == 1
+    assert f.recorder.snapshot().guard_rejections["answers"] == 1

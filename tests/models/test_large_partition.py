@@ -8,13 +8,13 @@ import numpy as np
 from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.runtime.embedder import Embedder
 from tests.support.entries import make_entry
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.tier import OFF_LOOP_MIN_VECTORS, SemanticTier
-from tiers.stats import CacheStats
 
 
 async def test_a_large_partition_finds_the_paraphrase_and_refuses_the_negation(
@@ -26,7 +26,7 @@ async def test_a_large_partition_finds_the_paraphrase_and_refuses_the_negation(
         MeaningGuard(config),
         ThresholdController(VerifyConfig(), config.threshold),
         ManualClock(wall_start_s=1_700_001_010.0),
-        CacheStats(),
+        CacheRecorder(),
         LoopTurns(),
     )
     tier.set_dimension(384)

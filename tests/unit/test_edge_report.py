@@ -13,12 +13,12 @@ import pytest
 from aiohttp import web
 
 from core.errors import WorkerUnavailable
+from core.recorder import CacheRecorder
 from proxy.answering.feedback import ServedRecord, ServedRequests
 from proxy.edge.report import REPORT_PATH, EdgeReport, EdgeReportReceiver
 from proxy.edge.worker_link import WorkerLink
 from tests.support.unix_server import UnixServer
 from tiers.base import MatchKind
-from tiers.stats import CacheStats
 
 
 class Observed:
@@ -35,14 +35,14 @@ class Worker:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
         self.observed = Observed()
-        self.stats = CacheStats()
+        self.recorder = CacheRecorder()
         self.served = ServedRequests()
         self._server: UnixServer | None = None
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post(
-            REPORT_PATH, EdgeReportReceiver(self.observed, self.stats, self.served).handle
+            REPORT_PATH, EdgeReportReceiver(self.observed, self.recorder, self.served).handle
         )
         self._server = UnixServer(app, self.socket_path)
         await self._server.start()
@@ -60,12 +60,11 @@ async def link(tmp_path: Path) -> AsyncIterator[WorkerLink]:
     await link.close()
 
 
-def served_hit(report: EdgeReport, front: CacheStats, request_id: str) -> None:
+def served_hit(report: EdgeReport, front: CacheRecorder, request_id: str) -> None:
     # What the front's ledger and hit writer hand the report for one hit.
     report.observe_request("chat", "hit", 200, 0.0002)
     report.remember(request_id, ServedRecord("e-1", "t1", MatchKind.EXACT, None))
-    front.hits[("lru_k", "exact")] += 1
-    front.prompt_tokens_saved += 7
+    front.hit("lru_k", "exact", prompt_tokens=7, completion_tokens=0, usd=0.0)
 
 
 async def test_what_the_front_served_reaches_the_workers_ledger_counters_and_records(
@@ -74,18 +73,18 @@ async def test_what_the_front_served_reaches_the_workers_ledger_counters_and_rec
     worker = Worker(link.socket_path)
     await worker.start()
     try:
-        front = CacheStats()
+        front = CacheRecorder()
         report = EdgeReport(link, front, served_enabled=True)
         served_hit(report, front, "r-1")
         report.observe_request("healthz", "none", 200, 0.0001)
         await report.flush()
         assert worker.observed.requests == [("chat", "hit", 200), ("healthz", "none", 200)]
-        assert worker.stats.hits == {("lru_k", "exact"): 1}
-        assert worker.stats.prompt_tokens_saved == 7
+        assert worker.recorder.snapshot().hits == {("lru_k", "exact"): 1}
+        assert worker.recorder.snapshot().prompt_tokens_saved == 7
         assert worker.served.get("r-1", "t1") == ServedRecord("e-1", "t1", MatchKind.EXACT, None)
-        assert front.total_hits == 0  # handed over, not counted twice
+        assert front.snapshot().total_hits == 0  # handed over, not counted twice
         await report.flush()  # nothing new: nothing sent, nothing counted again
-        assert worker.stats.hits == {("lru_k", "exact"): 1}
+        assert worker.recorder.snapshot().hits == {("lru_k", "exact"): 1}
     finally:
         await worker.close()
 
@@ -93,18 +92,18 @@ async def test_what_the_front_served_reaches_the_workers_ledger_counters_and_rec
 async def test_a_report_the_worker_cannot_take_yet_is_kept_for_the_next(
     link: WorkerLink,
 ) -> None:
-    front = CacheStats()
+    front = CacheRecorder()
     report = EdgeReport(link, front, served_enabled=True)
     served_hit(report, front, "r-1")
     await report.flush()  # nobody listens on the socket yet
-    assert front.hits == {("lru_k", "exact"): 1}  # given back
+    assert front.snapshot().hits == {("lru_k", "exact"): 1}  # given back
     worker = Worker(link.socket_path)
     await worker.start()
     try:
         served_hit(report, front, "r-2")
         await report.flush()
         assert worker.observed.requests == [("chat", "hit", 200)] * 2
-        assert worker.stats.hits == {("lru_k", "exact"): 2}
+        assert worker.recorder.snapshot().hits == {("lru_k", "exact"): 2}
         assert worker.served.get("r-1", "t1") is not None
         assert worker.served.get("r-2", "t1") is not None
     finally:
@@ -114,7 +113,7 @@ async def test_a_report_the_worker_cannot_take_yet_is_kept_for_the_next(
 async def test_past_max_pending_the_oldest_observations_are_dropped_and_counted(
     link: WorkerLink,
 ) -> None:
-    report = EdgeReport(link, CacheStats(), served_enabled=False, max_pending=2)
+    report = EdgeReport(link, CacheRecorder(), served_enabled=False, max_pending=2)
     for _ in range(3):
         report.observe_request("chat", "hit", 200, 0.0002)
     await report.flush()  # not delivered: kept, still bounded
@@ -125,7 +124,7 @@ async def test_past_max_pending_the_oldest_observations_are_dropped_and_counted(
 async def test_served_records_stay_bounded_and_oldest_go_first_across_a_failed_report(
     link: WorkerLink,
 ) -> None:
-    front = CacheStats()
+    front = CacheRecorder()
     report = EdgeReport(link, front, served_enabled=True, max_pending=2)
     served_hit(report, front, "r-1")
     served_hit(report, front, "r-2")

@@ -9,6 +9,7 @@ import pytest
 
 from core.clock import ManualClock
 from core.config import LruKConfig, TtlConfig, VerifyConfig
+from core.recorder import CacheRecorder
 from proxy.answering.feedback import FeedbackService, ServedRecord, ServedRequests
 from tests.support.entries import TAG, make_entry
 from tiers.base import Entry, MatchKind
@@ -16,21 +17,20 @@ from tiers.lru_k import LruKTier
 from tiers.policies.thresholds import ThresholdController
 from tiers.policies.ttl import TtlPolicy
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 
 class World:
     def __init__(self) -> None:
         self.clock = ManualClock()
-        self.stats = CacheStats()
+        self.recorder = CacheRecorder()
         self.lru = LruKTier(LruKConfig(), self.clock)
-        self.service = CacheService([self.lru], self.clock, self.stats)
+        self.service = CacheService([self.lru], self.clock, self.recorder)
         self.thresholds = ThresholdController(VerifyConfig(), 0.86)
         self.feedback = FeedbackService(
             self.service,
             TtlPolicy(TtlConfig(jitter_min=1.0, jitter_max=1.0)),
             self.thresholds,
-            self.stats,
+            self.recorder,
         )
 
     async def stored(self, confidence: float = 1.0, certainty: float = 1.0) -> Entry:
@@ -79,7 +79,7 @@ async def test_two_irrelevant_signals_evict_the_entry() -> None:
     assert second.evicted and second.feedback == (-0.8, -0.8)
     assert await world.current() is None
     assert await world.lru.get("k1") is None
-    assert world.stats.evictions_by_feedback == 1
+    assert world.recorder.snapshot().evictions_by_feedback == 1
 
 
 async def test_a_useful_signal_in_the_window_saves_the_entry_until_it_scrolls_out() -> None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from core.clock import ManualClock
 from core.config import LruKConfig
+from core.recorder import CacheRecorder
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import NoFeatures
 from tests.support.entries import TAG, make_entry
 from tiers.base import Entry, MatchKind, TierName
 from tiers.lru_k import LruKTier
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 PARTITION = TAG + "p" * 48
 REQUEST = CacheRequest(
@@ -45,7 +45,7 @@ class World:
         self.clock = ManualClock()
         self.memory = LruKTier(LruKConfig(), self.clock)
         self.shared = SharedTier(LruKConfig(), self.clock)
-        self.service = CacheService([self.memory, self.shared], self.clock, CacheStats())
+        self.service = CacheService([self.memory, self.shared], self.clock, CacheRecorder())
 
     def entry(self, name: str, ttl_s: float = 300.0, partition: str = PARTITION) -> Entry:
         return make_entry(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from core.clock import ManualClock
 from core.config import LruKConfig
+from core.recorder import CacheRecorder
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import NoFeatures
 from tests.support.entries import TAG, make_entry
@@ -20,7 +21,6 @@ from tiers.lru_k import LruKTier
 from tiers.replication import EventKind, ReplicationEvent
 from tiers.semantic.protocol import NullSemanticIndex
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 KEY = TAG + "question"
 REQUEST = CacheRequest(
@@ -69,7 +69,7 @@ class World:
         self.index = RecordedIndex()
         self.log = RecordedLog()
         self.service = CacheService(
-            [self.memory, self.shared], clock, CacheStats(), self.index, self.log
+            [self.memory, self.shared], clock, CacheRecorder(), self.index, self.log
         )
         self.now = clock.time()
 

@@ -18,6 +18,7 @@ import pytest
 from core.clock import ManualClock
 from core.config import LruKConfig, UpstreamConfig, VerifyConfig
 from core.errors import DejaError
+from core.recorder import CacheRecorder
 from fallback.breaker import AlwaysClosedBreaker
 from proxy.answering.admission import AdmissionControl
 from proxy.answering.answer_agreement import AnswerEmbedder, Verdict, answer_of, compare_answers
@@ -30,7 +31,6 @@ from tiers.base import Lookup, MatchKind, TierName
 from tiers.lru_k import LruKTier
 from tiers.policies.thresholds import ThresholdController
 from tiers.service import CacheService
-from tiers.stats import CacheStats
 
 
 def chat(content: str | None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -145,7 +145,9 @@ class World:
         store_disagreeing: bool = True,
     ) -> None:
         self.clock = ManualClock()
-        self.service = CacheService([LruKTier(LruKConfig(), self.clock)], self.clock, CacheStats())
+        self.service = CacheService(
+            [LruKTier(LruKConfig(), self.clock)], self.clock, CacheRecorder()
+        )
         config = VerifyConfig(
             sample_share=share, max_inflight=max_inflight, store_disagreeing=store_disagreeing
         )

@@ -34,6 +34,7 @@ from core.clock import Clock
 from core.config import SemanticConfig
 from core.errors import CorruptEntry
 from core.loop_turns import LoopTurns
+from core.recorder import CacheRecorder, GuardName
 from normalize.meaning.guards import GuardVerdict, MeaningGuard
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, PartitionIndex
@@ -41,7 +42,6 @@ from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.faiss_thread import FaissThread
 from tiers.semantic.protocol import SemanticCandidate
 from tiers.semantic.vector_index import VectorIndex, best_of
-from tiers.stats import CacheStats
 
 _log = logging.getLogger("deja.semantic")
 
@@ -72,7 +72,7 @@ class SemanticTier:
         guard: MeaningGuard,
         thresholds: ThresholdController,
         clock: Clock,
-        stats: CacheStats,
+        recorder: CacheRecorder,
         turns: LoopTurns,
     ):
         self._config = config
@@ -81,7 +81,7 @@ class SemanticTier:
         self._guard = guard
         self._thresholds = thresholds
         self._clock = clock
-        self._stats = stats
+        self._recorder = recorder
         self._indexes: dict[str, PartitionIndex[faiss.Index]] = {}
         self._entries: dict[str, _Indexed] = {}
         self._by_vector: dict[int, str] = {}
@@ -139,7 +139,7 @@ class SemanticTier:
                 continue
             # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
             if await self._contradicted(query, item, similarity, live):
-                self._stats.guard_rejections["answers"] += 1
+                self._recorder.guard_rejected(GuardName.ANSWERS)
                 return []
             self._recency.move_to_end(item.entry_id)
             return [SemanticCandidate(item.entry_id, similarity)]
@@ -159,7 +159,7 @@ class SemanticTier:
             return False
         similarity = float(np.dot(vector, own))
         if await self._contradicted(query, item, similarity, await self._neighbours(index, vector)):
-            self._stats.guard_rejections["answers"] += 1
+            self._recorder.guard_rejected(GuardName.ANSWERS)
             return True
         return False
 
@@ -192,7 +192,7 @@ class SemanticTier:
     async def _same_question(self, query: Analysis, item: _Indexed) -> bool:
         verdict = await self._guards(query, item.analysis)
         if not verdict.agree:
-            self._stats.guard_rejections[verdict.reason.split(":")[0].split(" ")[0]] += 1
+            self._recorder.guard_rejected(GuardName.of_reason(verdict.reason))
         return verdict.agree
 
     async def _guards(self, query: Analysis, cached: Analysis) -> GuardVerdict:
