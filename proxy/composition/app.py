@@ -55,6 +55,7 @@ from proxy.http.request_ledger import RequestLedger
 from proxy.http.request_reader import RequestReader
 from proxy.http.telemetry import Telemetry
 from proxy.protocol.credentials import CredentialRule
+from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.client import UpstreamClient
 from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
@@ -210,7 +211,7 @@ def _build_core(
         clock=clock,
         stats=stats,
         service=service,
-        upstream=UpstreamClient(u, clock=clock),
+        upstream=UpstreamClient(u, AiohttpTransport(u), clock=clock),
         breaker=breaker,
         admission=AdmissionControl(u.max_concurrent, u.max_queued, u.queue_timeout_s),
         flights=FlightRegistry(),
