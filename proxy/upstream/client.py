@@ -57,7 +57,8 @@ class TransportResponse(Protocol):
 
 class UpstreamTransport(Protocol):
     """The seam the client sends through: one HTTP exchange, no retries, no timeouts of its
-    own beyond a whole-call ceiling. Raises only `UpstreamError`s (or `TimeoutError`)."""
+    own beyond connecting and a whole-call ceiling. Raises only `UpstreamError`s (or a
+    `TimeoutError`, which the client makes an `UpstreamTimeout`)."""
 
     async def start(self) -> None:
         """Open what it sends through (a connection pool), inside the running loop."""
