@@ -1,7 +1,8 @@
 """Deja's one error tree.
 
 Foreign exceptions (aiohttp, redis-py, json, torch) are translated into these at one choke point per
-seam: `proxy/upstream/client.py` for the model server, `tiers/redis_tier.py` for Redis,
+seam: `proxy/upstream/aiohttp_transport.py` for the model server (its timeouts in
+`proxy/upstream/client.py`), `tiers/redis_tier.py` for Redis,
 `proxy/http/openai_routes.py` for request bodies, `proxy/edge/worker_link.py` for edge mode's
 worker. Expected outcomes (a miss, an expired entry) are return values, never exceptions.
 

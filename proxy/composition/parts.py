@@ -43,6 +43,7 @@ from proxy.http.client_auth import ClientAuth
 from proxy.http.request_ledger import AccessLogWriter, RequestLedger
 from proxy.http.telemetry import Telemetry, build_tracer
 from proxy.protocol.credentials import CredentialRule
+from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.client import UpstreamClient
 from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
@@ -227,7 +228,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
 
 def build_upstream(config: DejaConfig, clock: Clock) -> UpstreamParts:
     u = config.upstream
-    client = UpstreamClient(u, clock=clock)
+    client = UpstreamClient(u, AiohttpTransport(u), clock=clock)
     breaker: Breaker = (
         CircuitBreaker(config.breaker, clock) if config.breaker.enabled else AlwaysClosedBreaker()
     )

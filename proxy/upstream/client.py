@@ -1,11 +1,14 @@
-"""The pooled HTTP client to the model server: timeouts, retries, error translation.
+"""The client to the model server: timeouts, retries, and the seam it sends through.
 
-This module is the one place where aiohttp's client exceptions become Deja's UpstreamError family.
-Retries happen only inside `open()`, i.e. before the caller has seen any byte of a response, so
-nothing a client received is ever sent twice. Which outcomes are retried, and after how long, is
-`RetryPolicy`'s (proxy/upstream/retry_policy.py): connection failures and 5xx after a backoff,
-rate-limit 429s after their Retry-After; the caller says how a wait is spent (the gate gives up its
-admission slot meanwhile).
+The client sends through an `UpstreamTransport` (proxy/upstream/aiohttp_transport.py in
+production, an in-memory fake in tests/support/fake_upstream.py), which raises only Deja's
+UpstreamError family: the aiohttp one is where aiohttp's exceptions are translated. Every timeout
+is the client's (first byte, each read of the body): a transport that stays silent becomes an
+`UpstreamTimeout` here. Retries happen only inside `open()`, i.e. before the caller has seen
+any byte of a response, so nothing a client received is ever sent twice. Which outcomes are
+retried, and after how long, is `RetryPolicy`'s (proxy/upstream/retry_policy.py): connection
+failures and 5xx after a backoff, rate-limit 429s after their Retry-After; the caller says how
+a wait is spent (the gate gives up its admission slot meanwhile).
 
 The OpenAI paths are appended to `upstream.url` as the OpenAI SDKs append them to their
 `base_url`: `http://host/v1beta/openai` + `chat/completions`.
@@ -16,25 +19,59 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from core.clock import Clock, SystemClock
 from core.config import UpstreamConfig
-from core.errors import (
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamTimeout,
-    UpstreamUnreachable,
-)
+from core.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from core.http_headers import HOP_BY_HOP
 from proxy.upstream.retry_policy import RATE_LIMITED, RetryPolicy, quota_exhausted
 
 # How the wait between two attempts is spent (seconds in, returns when the next may start).
 Pause = Callable[[float], Awaitable[None]]
+
+
+class TransportResponse(Protocol):
+    """A response whose status line and headers arrived; its body not yet read."""
+
+    status: int
+    headers: CIMultiDictProxy[str]
+
+    async def read(self) -> bytes:
+        """The whole body; `UpstreamProtocolError` when it breaks off."""
+        ...
+
+    async def read_chunk(self) -> bytes:
+        """The next bytes that arrived, however the sender cut them; b"" at the end;
+        `UpstreamProtocolError` when the body breaks off."""
+        ...
+
+    def close(self) -> None:
+        """Drop the response and its connection (an unread body is not drained)."""
+        ...
+
+
+class UpstreamTransport(Protocol):
+    """The seam the client sends through: one HTTP exchange, no retries, no timeouts of its
+    own beyond connecting and a whole-call ceiling. Raises only `UpstreamError`s (or a
+    `TimeoutError`, which the client makes an `UpstreamTimeout`)."""
+
+    async def start(self) -> None:
+        """Open what it sends through (a connection pool), inside the running loop."""
+        ...
+
+    async def send(
+        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> TransportResponse:
+        """Send one request; returns once the status line and headers arrived (any status).
+        `UpstreamUnreachable` when it could not be sent or no response began."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +86,7 @@ class UpstreamRequest:
 class UpstreamResponse:
     """An open upstream response; the caller must `release()` it (or use `async with`)."""
 
-    def __init__(self, response: aiohttp.ClientResponse, config: UpstreamConfig, started: float):
+    def __init__(self, response: TransportResponse, config: UpstreamConfig, started: float):
         self._response = response
         self._config = config
         self.status = response.status
@@ -71,30 +108,23 @@ class UpstreamResponse:
                 return self._body
         except TimeoutError as exc:
             raise UpstreamTimeout("the upstream stopped sending its response body") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamProtocolError(f"the upstream response broke off: {exc}") from exc
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         if self._body is not None:
             if self._body:
                 yield self._body
             return
-        content = self._response.content
         while True:
             try:
                 async with asyncio.timeout(self._config.read_timeout_s):
-                    chunk = await content.readany()
+                    chunk = await self._response.read_chunk()
             except TimeoutError as exc:
                 raise UpstreamTimeout("the upstream stream went silent") from exc
-            except aiohttp.ClientError as exc:
-                raise UpstreamProtocolError(f"the upstream stream broke off: {exc}") from exc
             if not chunk:
                 return
             yield chunk
 
     def release(self) -> None:
-        # close() (not release()) drops the connection, which is what stops a model server
-        # from generating tokens nobody will read.
         self._response.close()
 
     async def __aenter__(self) -> UpstreamResponse:
@@ -108,12 +138,13 @@ class UpstreamClient:
     def __init__(
         self,
         config: UpstreamConfig,
+        transport: UpstreamTransport,
         rng: random.Random | None = None,
         clock: Clock | None = None,
     ) -> None:
         self._config = config
         self._base = config.url.rstrip("/") + "/"
-        self._session: aiohttp.ClientSession | None = None
+        self._transport = transport
         self._retry = RetryPolicy(config, clock or SystemClock(), rng or random.Random())
 
     @property
@@ -121,16 +152,10 @@ class UpstreamClient:
         return self._base
 
     async def start(self) -> None:
-        cfg = self._config
-        connector = aiohttp.TCPConnector(limit=cfg.max_connections, ttl_dns_cache=300)
-        timeout = aiohttp.ClientTimeout(total=cfg.total_timeout_s, connect=cfg.connect_timeout_s)
-        self._session = aiohttp.ClientSession(
-            connector=connector, timeout=timeout, auto_decompress=True, raise_for_status=False
-        )
+        await self._transport.start()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._transport.close()
 
     async def open(
         self, request: UpstreamRequest, *, retry: bool = True, pause: Pause = asyncio.sleep
@@ -175,24 +200,17 @@ class UpstreamClient:
         return wait_s
 
     async def _send_once(self, request: UpstreamRequest) -> UpstreamResponse:
-        assert self._session is not None, "UpstreamClient.start() was not awaited"
         url = self._base + request.path + (f"?{request.query}" if request.query else "")
         started = time.monotonic()
         try:
             async with asyncio.timeout(self._config.first_byte_timeout_s):
-                response = await self._session.request(
-                    request.method, url, headers=list(request.headers), data=request.body or None
+                response = await self._transport.send(
+                    request.method, url, request.headers, request.body
                 )
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"the upstream sent nothing within {self._config.first_byte_timeout_s:g} s"
             ) from exc
-        except aiohttp.ClientConnectorError as exc:
-            raise UpstreamUnreachable(f"cannot connect to the upstream: {exc.os_error}") from exc
-        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
-            raise UpstreamUnreachable(f"the upstream closed the connection: {exc}") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"the upstream request failed: {exc}") from exc
         return UpstreamResponse(response, self._config, started)
 
 

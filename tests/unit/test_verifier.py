@@ -1,7 +1,8 @@
 """Verification of semantic hits: how two answers are compared, and what a verdict changes.
 
 The comparison is pure (a fake embedder stands in for MiniLM at its seam); the verifier runs
-against the stub upstream with a real LRU-K tier behind a real CacheService.
+against a fake model at the upstream client's transport seam (tests/support/fake_upstream.py)
+with a real LRU-K tier behind a real CacheService.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from proxy.answering.gate import UpstreamGate
 from proxy.answering.verifier import Verifier
 from proxy.upstream.client import UpstreamClient, UpstreamRequest
 from tests.support.entries import TAG, make_entry
-from tests.support.stub_upstream import StubUpstream
+from tests.support.fake_upstream import FakeModel, FakeTransport
 from tiers.base import Lookup, MatchKind, TierName
 from tiers.lru_k import LruKTier
 from tiers.policies.thresholds import ThresholdController
@@ -138,7 +139,7 @@ class BrokenEmbedder:
 class World:
     def __init__(
         self,
-        stub: StubUpstream,
+        model: FakeModel,
         share: float = 1.0,
         max_inflight: int = 4,
         embedder: AnswerEmbedder | None = None,
@@ -152,7 +153,10 @@ class World:
             sample_share=share, max_inflight=max_inflight, store_disagreeing=store_disagreeing
         )
         self.thresholds = ThresholdController(config, 0.86)
-        self.client = UpstreamClient(UpstreamConfig(url=stub.base_url, max_retries=0))
+        self.client = UpstreamClient(
+            UpstreamConfig(url="http://upstream.test/v1", max_retries=0),
+            FakeTransport(responder=model),
+        )
         gate = UpstreamGate(self.client, AlwaysClosedBreaker(), AdmissionControl(4, 4, 1.0))
         self.verifier = Verifier(
             config, gate, self.service, self.thresholds, embedder, random.Random(7)
@@ -186,14 +190,19 @@ class World:
 
 
 @pytest.fixture
-async def world(stub: StubUpstream) -> AsyncIterator[World]:
-    w = World(stub)
+def model() -> FakeModel:
+    return FakeModel()
+
+
+@pytest.fixture
+async def world(model: FakeModel) -> AsyncIterator[World]:
+    w = World(model)
     await w.client.start()
     yield w
     await w.client.close()
 
 
-async def test_an_agreeing_verification_counts_a_true_hit(world: World, stub: StubUpstream) -> None:
+async def test_an_agreeing_verification_counts_a_true_hit(world: World, model: FakeModel) -> None:
     lookup = await world.hit("Answer to: how do I reset my pin?")
     assert world.verifier.maybe_verify(lookup, lambda: world.request("How do I reset my PIN?"))
     await world.verifier.drain()
@@ -202,12 +211,12 @@ async def test_an_agreeing_verification_counts_a_true_hit(world: World, stub: St
     assert world.thresholds.global_threshold < 0.86
     assert await world.floor() == 0.80
     # The check was a plain, non-streamed call of the client's request.
-    assert stub.calls[-1]["messages"][0]["content"] == "How do I reset my PIN?"
-    assert "stream" not in stub.calls[-1]
+    assert model.calls[-1]["messages"][0]["content"] == "How do I reset my PIN?"
+    assert "stream" not in model.calls[-1]
 
 
 async def test_a_disagreeing_verification_counts_a_false_hit_and_raises_the_floor(
-    world: World, stub: StubUpstream
+    world: World, model: FakeModel
 ) -> None:
     lookup = await world.hit("Answer to: how do I change my pin?", similarity=0.93)
     world.verifier.maybe_verify(lookup, lambda: world.request("How do I unblock my PIN?"))
@@ -219,8 +228,8 @@ async def test_a_disagreeing_verification_counts_a_false_hit_and_raises_the_floo
     assert world.verifier.verified == 1
 
 
-async def test_an_upstream_failure_is_no_evidence(world: World, stub: StubUpstream) -> None:
-    stub.behaviour.status = 500
+async def test_an_upstream_failure_is_no_evidence(world: World, model: FakeModel) -> None:
+    model.status = 500
     lookup = await world.hit("Answer to: q")
     world.verifier.maybe_verify(lookup, lambda: world.request("q"))
     await world.verifier.drain()
@@ -229,9 +238,9 @@ async def test_an_upstream_failure_is_no_evidence(world: World, stub: StubUpstre
     assert world.thresholds.global_threshold == 0.86
 
 
-async def test_an_answer_embedding_failure_is_no_evidence(stub: StubUpstream) -> None:
-    world = World(stub, embedder=BrokenEmbedder())
-    stub.behaviour.answer = lambda body: "A different answer."
+async def test_an_answer_embedding_failure_is_no_evidence(model: FakeModel) -> None:
+    world = World(model, embedder=BrokenEmbedder())
+    model.answer = lambda body: "A different answer."
     lookup = await world.hit("Answer to: q")
     await world.client.start()
     try:
@@ -243,8 +252,8 @@ async def test_an_answer_embedding_failure_is_no_evidence(stub: StubUpstream) ->
     assert world.thresholds.global_threshold == 0.86
 
 
-async def test_only_the_configured_share_is_sampled(stub: StubUpstream) -> None:
-    world = World(stub, share=0.25)
+async def test_only_the_configured_share_is_sampled(model: FakeModel) -> None:
+    world = World(model, share=0.25)
     lookup = await world.hit("Answer to: q")
     started = 0
     await world.client.start()
@@ -259,14 +268,14 @@ async def test_only_the_configured_share_is_sampled(stub: StubUpstream) -> None:
 
 
 async def test_nothing_is_sampled_at_share_zero_or_past_the_inflight_limit(
-    stub: StubUpstream,
+    model: FakeModel,
 ) -> None:
-    off = World(stub, share=0.0)
+    off = World(model, share=0.0)
     lookup = await off.hit("Answer to: q")
     assert not off.verifier.maybe_verify(lookup, lambda: off.request("q"))
-    busy = World(stub, share=1.0, max_inflight=1)
+    busy = World(model, share=1.0, max_inflight=1)
     await busy.client.start()
-    stub.behaviour.delay_s = 0.2
+    model.delay_s = 0.2
     try:
         assert busy.verifier.maybe_verify(lookup, lambda: busy.request("q"))
         assert not busy.verifier.maybe_verify(lookup, lambda: busy.request("q"))
@@ -288,7 +297,7 @@ class Keeper:
 
 
 async def test_a_disagreement_hands_the_fresh_answer_on_to_be_stored(
-    world: World, stub: StubUpstream
+    world: World, model: FakeModel
 ) -> None:
     keeper = Keeper()
     lookup = await world.hit("Answer to: how do I change my pin?", similarity=0.93)
@@ -298,7 +307,7 @@ async def test_a_disagreement_hands_the_fresh_answer_on_to_be_stored(
     assert world.verifier.kept == 1
 
 
-async def test_an_agreement_keeps_nothing(world: World, stub: StubUpstream) -> None:
+async def test_an_agreement_keeps_nothing(world: World, model: FakeModel) -> None:
     keeper = Keeper()
     lookup = await world.hit("Answer to: how do I reset my pin?")
     world.verifier.maybe_verify(lookup, lambda: world.request("How do I reset my PIN?"), keeper)
@@ -306,8 +315,8 @@ async def test_an_agreement_keeps_nothing(world: World, stub: StubUpstream) -> N
     assert keeper.kept == [] and world.verifier.kept == 0
 
 
-async def test_keeping_fresh_answers_can_be_turned_off(stub: StubUpstream) -> None:
-    world = World(stub, store_disagreeing=False)
+async def test_keeping_fresh_answers_can_be_turned_off(model: FakeModel) -> None:
+    world = World(model, store_disagreeing=False)
     keeper = Keeper()
     lookup = await world.hit("Answer to: how do I change my pin?", similarity=0.93)
     await world.client.start()
