@@ -32,6 +32,7 @@ from proxy.http.request_context import CacheOutcome, RequestContext
 from proxy.http.request_reader import ReadRequest, RequestReader
 from proxy.http.responses import (
     FlightWriter,
+    Undelivered,
     error_response,
     json_response,
     new_response_id,
@@ -114,11 +115,16 @@ class CompletionHandler:
                 ctx.request_id, ServedRecord(flight.entry_id, creq.tenant, None, None)
             )
 
-        async def degrade(error: DejaError) -> web.StreamResponse | None:
-            return await self._serve_degraded(request, ctx, read, outcome, looked_up, error)
-
         with flight.attendance():
-            return await FlightWriter(request, ctx, creq, flight, degrade, self._turns).write()
+            written = await FlightWriter(request, ctx, creq, flight, self._turns).write()
+        if not isinstance(written, Undelivered):
+            return written
+        degraded = await self._serve_degraded(request, ctx, read, outcome, looked_up, written.error)
+        if degraded is not None:
+            return degraded
+        if written.upstream_reply is not None:
+            return written.upstream_reply
+        return error_response(written.error, ctx)
 
     async def _serve_hit(
         self, request: web.Request, ctx: RequestContext, read: ReadRequest, lookup: Lookup

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -34,7 +35,16 @@ SSE_HEADERS = {
 # Upstream headers that describe the upstream's own message framing or identity; ours differ.
 _NOT_RELAYED = frozenset({"content-type", "date", "server", "x-request-id"})
 
-Degrader = Callable[[DejaError], Awaitable[web.StreamResponse | None]]
+
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    """A flight that gave this waiter no answer to write: the upstream failed, broke off, or
+    answered 5xx. The handler decides what the client gets instead (a degraded answer, else
+    `upstream_reply` when the upstream's own 5xx may pass through, else the error), so the
+    writer never calls back up into it."""
+
+    error: DejaError
+    upstream_reply: web.Response | None = None
 
 
 def new_response_id(route: Route, ids: IdSequence) -> str:
@@ -107,7 +117,6 @@ class FlightWriter:
         ctx: RequestContext,
         creq: CacheRequest,
         flight: Flight,
-        degrade: Degrader,
         turns: LoopTurns,
     ) -> None:
         self._turns = turns
@@ -115,30 +124,29 @@ class FlightWriter:
         self._ctx = ctx
         self._creq = creq
         self._flight = flight
-        self._degrade = degrade
 
     @property
     def _added_logprobs(self) -> bool:
         return self._flight.added_logprobs
 
-    async def write(self) -> web.StreamResponse:
+    async def write(self) -> web.StreamResponse | Undelivered:
         flight = self._flight
         events = flight.follow()
         first = await anext(events)
         if isinstance(first, FlightFailed):
-            return await self._failed(first.error)
+            return Undelivered(first.error)
         assert isinstance(first, FlightHead), f"a flight starts with its head, not {first!r}"
         self._ctx.upstream_status = first.status
         if not 200 <= first.status < 300:
-            return await self._upstream_error(first, await anext(events))
+            return self._upstream_error(first, await anext(events))
         if flight.stream and self._creq.stream:
             return await self._stream_live(first, events)
         terminal = await _last(events)
         if isinstance(terminal, FlightFailed):
-            return await self._failed(terminal.error)
+            return Undelivered(terminal.error)
         completion = terminal.completion if isinstance(terminal, FlightEnd) else terminal.obj
         if completion is None:
-            return await self._failed(
+            return Undelivered(
                 UpstreamProtocolError("the upstream's answer was incomplete or not JSON")
             )
         # Writing a whole answer is one of the miss's steps that can wait for a turn (ready
@@ -151,18 +159,15 @@ class FlightWriter:
             self._request, self._ctx, self._client_view(completion), self._creq
         )
 
-    async def _failed(self, error: DejaError) -> web.StreamResponse:
-        fallback = await self._degrade(error)
-        return fallback if fallback is not None else error_response(error, self._ctx)
-
-    async def _upstream_error(self, head: FlightHead, body: FlightEvent) -> web.StreamResponse:
+    def _upstream_error(
+        self, head: FlightHead, body: FlightEvent
+    ) -> web.StreamResponse | Undelivered:
         if isinstance(body, FlightFailed):
-            return await self._failed(body.error)
+            return Undelivered(body.error)
         assert isinstance(body, FlightBody)
         if head.status >= 500:
-            fallback = await self._degrade(UpstreamError(f"the upstream answered {head.status}"))
-            if fallback is not None:
-                return fallback
+            error = UpstreamError(f"the upstream answered {head.status}")
+            return Undelivered(error, self._relay(head, body.raw))
         return self._relay(head, body.raw)  # 4xx always pass through unchanged
 
     def _relay(self, head: FlightHead, raw: bytes) -> web.Response:
