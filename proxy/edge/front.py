@@ -15,7 +15,7 @@ replication stream so that deletions, invalidations, feedback and refreshed answ
 LRU-K as they reach any replica's. What it serves it reports to the worker (proxy/edge/report.py),
 whose metrics, stats, access log and feedback count both processes. `/healthz` is the front's;
 every other route, `/readyz` and `/metrics` included, is the worker's. The front's app is made
-by proxy/composition/edge_app.py.
+by `create_edge_app` in proxy/composition/app.py.
 """
 
 from __future__ import annotations
