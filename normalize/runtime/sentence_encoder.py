@@ -85,9 +85,8 @@ def load_sentence_encoder(config: SemanticConfig) -> SentenceEncoder:
 
     torch runs `semantic.torch_threads` threads (1 by default): several OpenMP threads slow
     down 10–30× when another process wants a core (MODELS.md); throughput comes from batches
-    and from more worker processes instead. torch's thread count is per process, and every
-    caller of this function is a process that exists to run the model (a worker, a benchmark,
-    the model tests)."""
+    and from more worker processes instead. torch's thread count is per process: set here, it
+    holds for the whole worker, benchmark or test run that loads the model."""
     # Imported here, not at the top: a worker process sets its environment (model_worker.py)
     # before torch, transformers or tokenizers are first imported.
     import torch
