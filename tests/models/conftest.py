@@ -6,14 +6,12 @@ Every test in this folder carries the `models` marker.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from core.config import SemanticConfig
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
-from normalize.runtime.embedder import Embedder
+from normalize.runtime.sentence_encoder import SentenceEncoder, load_sentence_encoder
 from tests.models.hit_rule import HitRule
 
 
@@ -40,11 +38,10 @@ def guard(config: SemanticConfig) -> MeaningGuard:
 
 
 @pytest.fixture(scope="session")
-def loaded_embedder(config: SemanticConfig) -> Iterator[Embedder]:
-    """An embedder with the model loaded, for the blocking `embed_many`."""
-    embedder = Embedder(config)
-    embedder.load()
-    yield embedder
+def sentence_encoder(config: SemanticConfig) -> SentenceEncoder:
+    """MiniLM loaded in this process, as the embedding workers load it, for the blocking
+    `encode`."""
+    return load_sentence_encoder(config)
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +49,6 @@ def hit_rule(
     config: SemanticConfig,
     analyzer: LemmaAnalyzer,
     guard: MeaningGuard,
-    loaded_embedder: Embedder,
+    sentence_encoder: SentenceEncoder,
 ) -> HitRule:
-    return HitRule(config, analyzer, guard, loaded_embedder)
+    return HitRule(config, analyzer, guard, sentence_encoder)

@@ -12,7 +12,7 @@ from normalize.keys.text import canonical_text
 from normalize.meaning.guards import GuardVerdict, MeaningGuard
 from normalize.meaning.language import LanguageGate
 from normalize.meaning.lemmas import LemmaAnalyzer
-from normalize.runtime.embedder import Embedder
+from normalize.runtime.sentence_encoder import SentenceEncoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class HitRule:
         config: SemanticConfig,
         analyzer: LemmaAnalyzer,
         guard: MeaningGuard,
-        embedder: Embedder,
+        embedder: SentenceEncoder,
     ) -> None:
         self._config = config
         self._analyzer = analyzer
@@ -44,7 +44,7 @@ class HitRule:
     def decide(self, query: str, cached: str) -> Decision:
         if canonical_text(query) == canonical_text(cached):
             return Decision(True, 1.0, None, "exact")
-        vectors = self._embedder.embed_many([query, cached])
+        vectors = self._embedder.encode([query, cached])
         cosine = float(np.dot(vectors[0], vectors[1]))
         if not (self._gate.supports(query) and self._gate.supports(cached)):
             return Decision(False, cosine, None, "")

@@ -19,7 +19,7 @@ from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
-from normalize.runtime.embedder import Embedder
+from normalize.runtime.sentence_encoder import SentenceEncoder
 from tests.support.entries import make_entry
 from tiers.base import Entry
 from tiers.policies.thresholds import ThresholdController
@@ -34,7 +34,7 @@ BLOCKED = "Your PIN is blocked after three wrong tries; unblock it at any of our
 
 
 class Fixture:
-    def __init__(self, analyzer: LemmaAnalyzer, embedder: Embedder, margin: float) -> None:
+    def __init__(self, analyzer: LemmaAnalyzer, embedder: SentenceEncoder, margin: float) -> None:
         self.config = SemanticConfig(answer_margin=margin)
         self.analyzer, self.embedder = analyzer, embedder
         self.recorder = CacheRecorder()
@@ -49,7 +49,7 @@ class Fixture:
         self.tier.set_dimension(384)
 
     def entry(self, name: str, prompt: str, answer: str | None) -> Entry:
-        vectors = self.embedder.embed_many([prompt, answer or ""])
+        vectors = self.embedder.encode([prompt, answer or ""])
         return make_entry(
             name,
             analysis=self.analyzer.analyze(prompt).to_wire(),
@@ -58,12 +58,12 @@ class Fixture:
         )
 
     async def contradicts(self, entry_id: str) -> bool:
-        vector = self.embedder.embed_many([QUERY])[0]
+        vector = self.embedder.encode([QUERY])[0]
         analysis = self.analyzer.analyze(QUERY)
         return await self.tier.contradicts(make_entry().partition, vector, analysis, entry_id)
 
     async def search(self) -> list[str]:
-        vector = self.embedder.embed_many([QUERY])[0]
+        vector = self.embedder.encode([QUERY])[0]
         found = await self.tier.search(make_entry().partition, vector, self.analyzer.analyze(QUERY))
         return [c.entry_id.split("-", 1)[1] for c in found]
 
@@ -72,9 +72,9 @@ Make = Callable[..., Fixture]
 
 
 @pytest.fixture
-def make(analyzer: LemmaAnalyzer, loaded_embedder: Embedder) -> Make:
+def make(analyzer: LemmaAnalyzer, sentence_encoder: SentenceEncoder) -> Make:
     def build(margin: float = SemanticConfig().answer_margin) -> Fixture:
-        return Fixture(analyzer, loaded_embedder, margin)
+        return Fixture(analyzer, sentence_encoder, margin)
 
     return build
 

@@ -11,14 +11,14 @@ from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
-from normalize.runtime.embedder import Embedder
+from normalize.runtime.sentence_encoder import SentenceEncoder
 from tests.support.entries import make_entry
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.tier import OFF_LOOP_MIN_VECTORS, SemanticTier
 
 
 async def test_a_large_partition_finds_the_paraphrase_and_refuses_the_negation(
-    analyzer: LemmaAnalyzer, loaded_embedder: Embedder
+    analyzer: LemmaAnalyzer, sentence_encoder: SentenceEncoder
 ) -> None:
     config = SemanticConfig()
     tier = SemanticTier(
@@ -42,13 +42,13 @@ async def test_a_large_partition_finds_the_paraphrase_and_refuses_the_negation(
             make_entry(
                 "stored",
                 analysis=analyzer.analyze(stored).to_wire(),
-                vector=loaded_embedder.embed_many([stored])[0].astype(np.float32).tobytes(),
+                vector=sentence_encoder.encode([stored])[0].astype(np.float32).tobytes(),
             )
         )
         assert tier.size() > OFF_LOOP_MIN_VECTORS
 
         async def search(text: str) -> list[str]:
-            vector = loaded_embedder.embed_many([text])[0]
+            vector = sentence_encoder.encode([text])[0]
             found = await tier.search(make_entry().partition, vector, analyzer.analyze(text))
             return [c.entry_id.split("-", 1)[1] for c in found]
 
