@@ -32,6 +32,7 @@ from fallback.degrade import Degrader
 from normalize.keys.screen import PromptScreen
 from normalize.prompt_features import FeatureSource, NoFeatureSource
 from proxy.answering.admission import AdmissionControl
+from proxy.answering.answer_store import AnswerStore
 from proxy.answering.entry_builder import EntryBuilder
 from proxy.answering.feedback import FeedbackService, ServedRequests
 from proxy.answering.flight_call import UpstreamCaller
@@ -55,6 +56,7 @@ from proxy.http.request_ledger import RequestLedger
 from proxy.http.request_reader import RequestReader
 from proxy.http.telemetry import Telemetry
 from proxy.protocol.credentials import CredentialRule
+from proxy.protocol.request_parser import RequestParser
 from proxy.upstream.client import UpstreamClient
 from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
@@ -103,25 +105,22 @@ def create_app(
     reader = RequestReader(config.server, auth, credential_rule, screen, features)
     embedder = deja.features
     deja.verifier = Verifier(config.verify, gate, deja.service, deja.thresholds, embedder)
-    # Which answers are stored, one rule for misses, verification (both through the caller) and
-    # warm-up lines.
-    store_rule = StoreRule(config.cache.store_truncated)
+    # One store, under one rule, for misses, verification and warm-up lines.
+    answers = AnswerStore(
+        deja.service,
+        deja.entries,
+        StoreRule(config.cache.store_truncated),
+        deja.store_turns,
+        deja.telemetry.tracer,
+    )
     handler = CompletionHandler(
         cache=config.cache,
         upstream=config.upstream,
         reader=reader,
         service=deja.service,
         flights=deja.flights,
-        caller=UpstreamCaller(
-            gate,
-            deja.service,
-            deja.entries,
-            stats,
-            deja.store_turns,
-            deja.upstream_turns,
-            store_rule,
-            deja.telemetry.tracer,
-        ),
+        caller=UpstreamCaller(gate, answers, stats, deja.upstream_turns, deja.telemetry.tracer),
+        answers=answers,
         degrader=Degrader(config.degrade, deja.service, clock, deja.breaker),
         verifier=deja.verifier,
         served=deja.served,
@@ -144,13 +143,7 @@ def create_app(
     if config.admin.token:
         feedback = FeedbackService(deja.service, deja.ttl, deja.thresholds, stats)
         warmup = WarmUp(
-            deja.service,
-            deja.entries,
-            credential_rule,
-            features,
-            screen,
-            config.server.max_messages,
-            store_rule,
+            answers, RequestParser(config.server.max_messages, screen), credential_rule, features
         )
         AdminRoutes(deja, feedback, warmup, auth, credential_rule).register(frame)
     if edge_worker:
