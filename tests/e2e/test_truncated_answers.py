@@ -264,7 +264,7 @@ async def test_warm_up_lines_follow_the_same_rule(
 def answers_of(proxy: RunningProxy, rule: StoreRule) -> answer_store.AnswerStore:
     """An AnswerStore over the proxy's own parts, as create_app builds the one behind misses,
     verification and warm-up."""
-    deja = proxy.composition.app[DEJA]
+    deja = proxy.app[DEJA]
     return answer_store.AnswerStore(deja.service, deja.entries, rule, deja.store_turns)
 
 
@@ -287,7 +287,7 @@ async def test_a_verifications_fresh_answer_follows_the_same_rule(
     proxy = await proxy_factory(**admin_sections())
     client = Client(aiohttp.ClientSession(), proxy)
     sessions.append(client)
-    config = proxy.composition.app[DEJA].config
+    config = proxy.app[DEJA].config
     anonymous = CredentialRule(config.proxy, config.cache).tenant(())  # the ask below has none
     body = {"model": "m", "messages": [{"role": "user", "content": QUESTION}]}
     request = fingerprint(Route.CHAT, body, anonymous, "")

@@ -21,7 +21,7 @@ async def test_a_miss_takes_three_turns_and_a_hit_none(
     proxy_factory: ProxyFactory, stub: StubUpstream
 ) -> None:
     proxy = await proxy_factory()
-    lane = proxy.composition.app[DEJA].upstream_turns
+    lane = proxy.app[DEJA].upstream_turns
     url = proxy.url("/v1/chat/completions")
     async with aiohttp.ClientSession() as session:
         async with session.post(url, json=body("What is a turn?")) as response:
@@ -39,7 +39,7 @@ async def test_a_streamed_miss_takes_one_turn_to_send(
     proxy_factory: ProxyFactory, stub: StubUpstream
 ) -> None:
     proxy = await proxy_factory()
-    lane = proxy.composition.app[DEJA].upstream_turns
+    lane = proxy.app[DEJA].upstream_turns
     async with aiohttp.ClientSession() as session:
         url = proxy.url("/v1/chat/completions")
         async with session.post(url, json=body("Stream it", stream=True)) as response:
