@@ -3,8 +3,8 @@
     lookup:  LRU-K ─exact─▶ Redis ─exact─▶ LRU-K ─lemma─▶ Redis ─lemma─▶ semantic ─▶ miss
              (a hit in a lower tier is copied into the tiers above it: fill-back; an
              in-process first tier is asked synchronously, so its hits cost no coroutines)
-    store:   the in-process tier, the answer's embedding, the other key-value tiers, then the
-             semantic index and the replication log, each once; the entry it supersedes (same
+    store:   the in-process tier and the semantic index, the answer's embedding, the other
+             key-value tiers and the replication log, each once; the entry it supersedes (same
              exact key) is deleted everywhere
 
 A tier that is unreachable is skipped (and counted); it never fails a request. Entries that
@@ -232,20 +232,22 @@ class CacheService:
         is retired everywhere: its record, its vector, and the other replicas' local copies,
         which would otherwise keep serving the old answer until it expired.
 
-        `answer_vector` computes the answer's embedding. The in-process tier is written before
-        it is awaited (a client that repeats its question at once finds the answer, and that
-        tier holds no vectors); the shared tiers, the semantic index and the one replication
-        event wait for it, so the entry is written once, with it, and other replicas load it
-        whole."""
+        `answer_vector` computes the answer's embedding. What this process holds is written
+        before it is awaited, so that a client repeating its question, or a paraphrase of it,
+        right after the answer finds it: the in-process tier (which holds no vectors) and the
+        semantic index (which takes the answer's embedding on the entry it holds once it is
+        in). The shared tiers and the one replication event wait for it, so the entry is
+        written there once, with it, and other replicas load it whole."""
         superseded: list[str] = []
         local = self._tiers[:1] if self._memory is not None else []
         await self._put(entry, local, superseded)
+        await self._semantic.add(entry)
         if answer_vector is not None:
             vector = await answer_vector()
             if vector is not None:
                 entry = replace(entry, answer_vector=vector)
+                await self._semantic.update(entry)
         await self._put(entry, self._tiers[len(local) :], superseded)
-        await self._semantic.add(entry)
         self._stats.stores += 1
         await self._publish(ReplicationEvent(EventKind.ADD, entry.entry_id))
         for entry_id in superseded:

@@ -1,16 +1,14 @@
 """Storing a finished answer: one path for a miss's answer, a warm-up line and a verification's
 fresh answer.
 
-    store rule ─▶ build the entry (prompt analysis and embedding) ─▶ CacheService.store
-                                                                      ├ in-process tier at once
-                                                                      ├ answer embedding
-                                                                      └ shared tiers, semantic
-                                                                        index, one replication
-                                                                        event
+    store rule ─▶ build the entry (prompt analysis and embedding) ─▶ CacheService.store:
+        in-process tier and semantic index at once ─▶ answer embedding ─▶ shared tiers (Redis)
+        and one replication event, the entry written once, with it
 
 The answer's embedding (what the semantic tier compares neighbours' answers with) is computed
-inside the store, so every tier is written once, with it: a client that repeats its question at
-once finds the in-process copy, which never holds vectors anyway (tiers/lru_k.py).
+inside the store, so the shared tiers are written once, with it, and other replicas hear of the
+entry once; what this process holds is written before it, so a client that repeats its question,
+or a paraphrase of it, right after the answer finds it here.
 
 Nothing here counts: each caller knows whether a refusal is a statistic (a live miss's answer,
 `CacheStats.not_stored`), an error for its client (a warm-up line), or neither (a verification).

@@ -71,8 +71,9 @@ class WarmUp:
         if not isinstance(request, dict) or not isinstance(response, dict):
             raise InvalidRequest("'request' and 'response' must both be JSON objects")
         route = Route.CHAT if "messages" in request else Route.COMPLETIONS
-        namespace = {NAMESPACE_HEADER: str(item.get("namespace") or "")}
-        parsed = self._parser.parse(route, request, self._tenant(item), namespace)
+        # The line's namespace, as the header of the requests it stands for would name it.
+        headers = {NAMESPACE_HEADER: str(item.get("namespace") or "")}
+        parsed = self._parser.parse(route, request, self._tenant(item), headers)
         if parsed.suspicious:
             raise InvalidRequest("the prompt matches an injection pattern; it is never stored")
         creq = parsed.cache

@@ -1,5 +1,5 @@
-"""Storing one answer writes each tier once, with the answer's embedding, and tells the other
-replicas once.
+"""Storing one answer writes each tier once and tells the other replicas once: what this process
+holds at once, the shared tier and the event with the answer's embedding.
 
 The real AnswerStore, EntryBuilder and CacheService, with the seams they write to recorded: an
 in-process LRU-K tier and a shared tier (standing for Redis) at the CacheTier seam, the semantic
@@ -210,22 +210,25 @@ async def test_one_answer_is_one_write_per_tier_one_index_entry_and_one_event() 
     storing = world.store()
     await asyncio.wait_for(world.embedder.asked.wait(), 1.0)
 
-    # While the answer is being embedded, only the in-process copy exists: a client repeating
-    # its question at once is served from it.
+    # While the answer is being embedded, only what this process holds has it: a client
+    # repeating its question (LRU-K) or a paraphrase (the semantic index) right after is served.
     assert [e.entry_id for e in world.memory.writes] == [TAG + "-e1"]
     assert await world.memory.get(REQUEST.exact_key) is not None
-    assert (world.shared.writes, world.index.added, world.log.events) == ([], [], [])
+    (indexed,) = world.index.added
+    assert indexed.vector == axis(0).tobytes() and indexed.answer_vector is None
+    assert (world.shared.writes, world.log.events) == ([], [])
 
     world.embedder.release.set()
     assert await asyncio.wait_for(storing, 1.0) is None
 
     assert len(world.memory.writes) == 1
+    assert len(world.index.added) == 1
+    # The index takes the answer's embedding onto the entry it holds (no second vector).
+    (with_answer,) = world.index.updated
     (shared,) = world.shared.writes
-    (indexed,) = world.index.added
-    assert world.index.updated == []
     assert world.log.events == [(EventKind.ADD, TAG + "-e1")]
     # Written once, with both vectors: the other replicas load it whole on the one event.
-    for entry in (shared, indexed):
+    for entry in (shared, with_answer):
         assert entry.answer_vector == axis(1).tobytes()
         assert entry.vector == axis(0).tobytes()
 
@@ -239,7 +242,7 @@ async def test_an_answer_with_nothing_to_embed_is_written_once_without_an_answer
     assert not world.embedder.asked.is_set()
     (shared,) = world.shared.writes
     assert shared.answer_vector is None
-    assert (len(world.memory.writes), len(world.index.added)) == (1, 1)
+    assert (len(world.memory.writes), len(world.index.added), world.index.updated) == (1, 1, [])
     assert world.log.events == [(EventKind.ADD, TAG + "-e1")]
 
 
