@@ -3,8 +3,9 @@
     lookup:  LRU-K ─exact─▶ Redis ─exact─▶ LRU-K ─lemma─▶ Redis ─lemma─▶ semantic ─▶ miss
              (a hit in a lower tier is copied into the tiers above it: fill-back; an
              in-process first tier is asked synchronously, so its hits cost no coroutines)
-    store:   every key-value tier, then the semantic index and the replication log; the entry
-             it supersedes (same exact key) is deleted everywhere
+    store:   the in-process tier and the semantic index, the answer's embedding, the other
+             key-value tiers and the replication log, each once; the entry it supersedes (same
+             exact key) is deleted everywhere
 
 A tier that is unreachable is skipped (and counted); it never fails a request. Entries that
 are expired but within their grace period are not hits: they are returned as `stale`, for the
@@ -14,7 +15,7 @@ degraded-answer path to use when the upstream fails.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -38,6 +39,9 @@ from tiers.replication import EventKind, NoReplication, Replication, Replication
 from tiers.semantic.protocol import NullSemanticIndex, SemanticIndex
 
 _log = logging.getLogger("deja.cache")
+
+# Computes an answer's embedding (None: nothing to embed, or the check is off).
+AnswerVector = Callable[[], Awaitable[bytes | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,13 +220,36 @@ class CacheService:
             except TierUnavailable:
                 self._recorder.tier_error(tier.name)
 
-    async def store(self, entry: Entry) -> None:
-        """Write-through to every tier; an unreachable tier is skipped. An entry that held the
-        same exact key until now (a refreshed answer, `Cache-Control: no-cache`, warm-up) is
-        retired everywhere: its record, its vector, and the other replicas' local copies,
-        which would otherwise keep serving the old answer until it expired."""
+    async def store(self, entry: Entry, answer_vector: AnswerVector | None = None) -> None:
+        """Write-through to every tier, once; an unreachable tier is skipped. An entry that held
+        the same exact key until now (a refreshed answer, `Cache-Control: no-cache`, warm-up)
+        is retired everywhere: its record, its vector, and the other replicas' local copies,
+        which would otherwise keep serving the old answer until it expired.
+
+        `answer_vector` computes the answer's embedding. What this process holds is written
+        before it is awaited, so that a client repeating its question, or a paraphrase of it,
+        right after the answer finds it: the in-process tier (which holds no vectors) and the
+        semantic index (which takes the answer's embedding on the entry it holds once it is
+        in). The shared tiers and the one replication event wait for it, so the entry is
+        written there once, with it, and other replicas load it whole."""
         superseded: list[str] = []
-        for tier in self._tiers:
+        local = self._tiers[:1] if self._memory is not None else []
+        await self._put(entry, local, superseded)
+        await self._semantic.add(entry)
+        if answer_vector is not None:
+            vector = await answer_vector()
+            if vector is not None:
+                entry = replace(entry, answer_vector=vector)
+                await self._semantic.update(entry)
+        await self._put(entry, self._tiers[len(local) :], superseded)
+        self._recorder.stored()
+        await self._publish(ReplicationEvent(EventKind.ADD, entry.entry_id))
+        for entry_id in superseded:
+            await self.delete(entry_id)
+
+    async def _put(self, entry: Entry, tiers: Sequence[CacheTier], superseded: list[str]) -> None:
+        """Write `entry` to `tiers`, noting in `superseded` the entries it displaced."""
+        for tier in tiers:
             try:
                 previous = await tier.put(entry)
             except TierUnavailable:
@@ -230,11 +257,6 @@ class CacheService:
                 continue
             if previous is not None and previous not in superseded:
                 superseded.append(previous)
-        await self._semantic.add(entry)
-        self._recorder.stored()
-        await self._publish(ReplicationEvent(EventKind.ADD, entry.entry_id))
-        for entry_id in superseded:
-            await self.delete(entry_id)
 
     # --- by id (admin, feedback) -----------------------------------------------------------
 
@@ -263,14 +285,6 @@ class CacheService:
         await self._semantic.update(entry)
         await self._publish(ReplicationEvent(EventKind.UPDATE, entry.entry_id))
         return replaced
-
-    async def attach_answer_vector(self, entry_id: str, answer_vector: bytes) -> bool:
-        """Add the answer's embedding to a stored entry (computed after the store, so the
-        answer is never held back for it); False when the entry is gone meanwhile."""
-        entry = await self.get_entry(entry_id)
-        if entry is None:
-            return False
-        return await self.replace(replace(entry, answer_vector=answer_vector))
 
     async def delete(self, entry_id: str) -> bool:
         deleted = False

@@ -4,7 +4,8 @@ The call publishes what it receives as it receives it (nothing is buffered befor
 it), folds a streamed answer into a completion, and stores the answer only when it is clean:
 a 2xx, a terminal event, no error, every event JSON, the choices ended as the `StoreRule`
 allows (stop, tool_calls, and length unless `cache.store_truncated` is off), not too large,
-and the request allowed storing. Storing happens after the waiters have their answer.
+and the request allowed storing. Storing (proxy/answering/answer_store.py) happens after the
+waiters have their answer.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ from core.recorder import CacheRecorder, NotStoredReason
 from core.tracing import NoopTracer, StageTracer
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures
-from proxy.answering.entry_builder import EntryBuilder
+from proxy.answering.answer_store import Answer, AnswerStore
 from proxy.answering.flights import Flight, FlightBody, FlightChunk, FlightEnd, FlightHead
 from proxy.answering.gate import UpstreamGate
-from proxy.answering.store_rule import StoreRule
 from proxy.protocol.sse import DONE, CompletionAssembler, SseParser
 from proxy.upstream.client import UpstreamRequest, UpstreamResponse
-from tiers.service import CacheService
 
 _log = logging.getLogger("deja.upstream")
 
@@ -49,21 +48,15 @@ class UpstreamCaller:
     def __init__(
         self,
         gate: UpstreamGate,
-        service: CacheService,
-        entries: EntryBuilder,
+        answers: AnswerStore,
         recorder: CacheRecorder,
-        store_turns: LoopTurns,
         upstream_turns: LoopTurns,
-        store_rule: StoreRule,
         tracer: StageTracer | None = None,
     ) -> None:
         self._gate = gate
-        self._rule = store_rule
+        self._answers = answers
         self._tracer = tracer or NoopTracer()
-        self._store_turns = store_turns
         self._upstream_turns = upstream_turns
-        self._service = service
-        self._entries = entries
         self._recorder = recorder
 
     async def run(self, flight: Flight, plan: CallPlan) -> None:
@@ -92,8 +85,10 @@ class UpstreamCaller:
                     completion = await self._relay(flight, plan, response)
                 finally:
                     response.release()
-        if completion is not None:
-            await self._store(
+        if completion is None:
+            return
+        refusal = await self._answers.store(
+            Answer(
                 flight.entry_id,
                 plan.request,
                 plan.features,
@@ -101,11 +96,15 @@ class UpstreamCaller:
                 plan.store_ttl_cap_s,
                 plan.added_logprobs,
             )
+        )
+        if refusal is not None:
+            self._recorder.not_stored(refusal)
 
     async def _relay(
         self, flight: Flight, plan: CallPlan, response: UpstreamResponse
     ) -> dict[str, Any] | None:
-        """Publishes the response; returns the completion when it is worth storing."""
+        """Publishes the response; returns the completion when it arrived whole and the request
+        allows storing it (whether the store rule does is the answer store's to say)."""
         headers = tuple(response.forwardable_headers().items())
         flight.publish(FlightHead(response.status, headers))
         ok = 200 <= response.status < 300
@@ -119,7 +118,7 @@ class UpstreamCaller:
                     NotStoredReason.ERROR if not ok else NotStoredReason.BAD_BODY
                 )
                 return None
-            return obj if self._storable(plan, obj) else None
+            return obj if self._may_store(plan) else None
         assembler = CompletionAssembler(plan.request.route)
         parser = SseParser()
         garbled = False
@@ -131,7 +130,7 @@ class UpstreamCaller:
         if completion is None or assembler.error is not None or garbled:
             self._recorder.not_stored(NotStoredReason.INCOMPLETE)
             return None
-        return completion if self._storable(plan, completion) else None
+        return completion if self._may_store(plan) else None
 
     @staticmethod
     def _publish_payloads(
@@ -152,56 +151,10 @@ class UpstreamCaller:
             flight.publish(FlightChunk(payload, obj))
         return garbled
 
-    def _storable(self, plan: CallPlan, completion: dict[str, Any]) -> bool:
+    def _may_store(self, plan: CallPlan) -> bool:
         if not plan.store:
             self._recorder.not_stored(NotStoredReason.NO_STORE)
-            return False
-        refusal = self._rule.refusal(completion)
-        if refusal is not None:
-            self._recorder.not_stored(refusal)
-            return False
-        return True
-
-    async def store_answer(
-        self, entry_id: str, request: CacheRequest, features: PromptFeatures, completion: Any
-    ) -> bool:
-        """Store an answer obtained outside a flight (a verification's fresh answer, a whole
-        2xx JSON body) for `request`, when the store rule allows it; True if stored."""
-        if self._rule.refusal(completion) is not None:  # not a completion: "no_choices"
-            return False
-        await self._store(entry_id, request, features, completion, None, False)
-        return True
-
-    async def _store(
-        self,
-        entry_id: str,
-        request: CacheRequest,
-        features: PromptFeatures,
-        completion: dict[str, Any],
-        ttl_cap_s: float | None,
-        strip_logprobs: bool,
-    ) -> None:
-        # The waiters have their answer; storing is background work, spread out: one store
-        # step per loop iteration (core/loop_turns.py), before building the entry and again
-        # before writing it.
-        with self._tracer.span("deja.store", {"deja.entry": entry_id}):
-            await self._store_turns.take()
-            entry = await self._entries.build(
-                entry_id,
-                request,
-                completion,
-                features,
-                ttl_cap_s,
-                strip_logprobs,
-            )
-            if entry is None:
-                self._recorder.not_stored(NotStoredReason.TOO_LARGE)
-                return
-            await self._store_turns.take()
-            await self._service.store(entry)
-            answer = await self._entries.answer_vector(entry, completion)
-            if answer is not None:
-                await self._service.attach_answer_vector(entry.entry_id, answer)
+        return plan.store
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:

@@ -1,14 +1,16 @@
 """Warm-up: storing known request/answer pairs before traffic asks for them.
 
 Each JSONL line is `{"request": <full request body>, "response": <completion>, "namespace"?: str,
-"api_key"?: str, "headers"?: {credential header: value}}`. The request is validated and keyed
-exactly as live traffic would be, under the tenant of the requests it stands for: `api_key` a bare
-key, standing for `Authorization: Bearer <key>`; `headers` the credential headers themselves
-(Azure's `api-key`, say); neither, the anonymous tenant (proxy/protocol/credentials.py). The answer
-must be one a live miss would store (proxy/answering/store_rule.py: every choice finished with stop
-or tool_calls, or length unless `cache.store_truncated` is off), and the entry is stored through
-every tier and indexed for semantic search, so later paraphrases hit too. Logprobs in the answer set
-its TTL and are kept only when the request asked for them.
+"api_key"?: str, "headers"?: {credential header: value}}`. The request is parsed, validated and
+keyed by the parser live traffic goes through (proxy/protocol/request_parser.py), under the tenant
+of the requests it stands for: `api_key` a bare key, standing for `Authorization: Bearer <key>`;
+`headers` the credential headers themselves (Azure's `api-key`, say); neither, the anonymous
+tenant (proxy/protocol/credentials.py). The answer must be one a live miss would store
+(proxy/answering/store_rule.py: every choice finished with stop or tool_calls, or length unless
+`cache.store_truncated` is off), and it is stored as a miss's answer is
+(proxy/answering/answer_store.py): through every tier and indexed for semantic search, so later
+paraphrases hit too. Logprobs in the answer set its TTL and are kept only when the request asked
+for them.
 """
 
 from __future__ import annotations
@@ -18,16 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import DejaError, InvalidRequest
-from normalize.keys.fingerprint import fingerprint
+from core.recorder import NotStoredReason
 from normalize.keys.request import Route
-from normalize.keys.screen import PromptScreen
 from normalize.prompt_features import FeatureSource
-from proxy.answering.entry_builder import EntryBuilder, asked_logprobs
-from proxy.answering.store_rule import StoreRule
-from proxy.http.body import validate
+from proxy.answering.answer_store import Answer, AnswerStore
+from proxy.answering.entry_builder import asked_logprobs
 from proxy.protocol.credentials import CredentialRule
-from proxy.protocol.directives import parse_directives
-from tiers.service import CacheService
+from proxy.protocol.directives import NAMESPACE_HEADER
+from proxy.protocol.request_parser import RequestParser
 
 
 class NotReadyForWarmUp(DejaError):
@@ -48,21 +48,15 @@ class WarmUpResult:
 class WarmUp:
     def __init__(
         self,
-        service: CacheService,
-        entries: EntryBuilder,
+        answers: AnswerStore,
+        parser: RequestParser,
         credentials: CredentialRule,
         features: FeatureSource,
-        screen: PromptScreen,
-        max_messages: int,
-        store_rule: StoreRule,
     ) -> None:
-        self._store_rule = store_rule
-        self._service = service
-        self._entries = entries
+        self._answers = answers
+        self._parser = parser
         self._credentials = credentials
         self._features = features
-        self._screen = screen
-        self._max_messages = max_messages
 
     async def store(self, number: int, item: Any) -> WarmUpResult:
         try:
@@ -78,16 +72,28 @@ class WarmUp:
         if not isinstance(request, dict) or not isinstance(response, dict):
             raise InvalidRequest("'request' and 'response' must both be JSON objects")
         route = Route.CHAT if "messages" in request else Route.COMPLETIONS
-        validate(route, request, self._max_messages)
-        namespace = parse_directives(
-            {"X-Deja-Namespace": str(item.get("namespace") or "")}
-        ).namespace
-        creq = fingerprint(route, request, self._tenant(item), namespace)
-        if self._screen.suspicious(request):
+        # The line's namespace, as the header of the requests it stands for would name it.
+        headers = {NAMESPACE_HEADER: str(item.get("namespace") or "")}
+        parsed = self._parser.parse(route, request, self._tenant(item), headers)
+        if parsed.suspicious:
             raise InvalidRequest("the prompt matches an injection pattern; it is never stored")
-        refusal = self._store_rule.refusal(response)
-        if refusal == "no_choices":
+        creq = parsed.cache
+        entry_id = f"{creq.tag}-{secrets.token_hex(8)}"
+        # Served to requests like this one: logprobs it did not ask for are not kept, as on a
+        # live miss (they still set the TTL).
+        refusal = await self._answers.store(
+            Answer(
+                entry_id,
+                creq,
+                self._features.for_request(creq, loose_matching=True),
+                response,
+                strip_logprobs=not asked_logprobs(route, request),
+            )
+        )
+        if refusal is NotStoredReason.NO_CHOICES:
             raise InvalidRequest("'response' must be a completion with choices")
+        if refusal is NotStoredReason.TOO_LARGE:
+            raise InvalidRequest("the answer is larger than cache.max_entry_bytes")
         if refusal is not None:
             reasons = [
                 c.get("finish_reason") if isinstance(c, dict) else None for c in response["choices"]
@@ -95,19 +101,6 @@ class WarmUp:
             raise InvalidRequest(
                 f"this answer is not one a live miss would store (finish_reason {reasons})"
             )
-        features = self._features.for_request(creq, loose_matching=True)
-        entry_id = f"{creq.tag}-{secrets.token_hex(8)}"
-        # Served to requests like this one: logprobs it did not ask for are not kept, as on a
-        # live miss (they still set the TTL).
-        entry = await self._entries.build(
-            entry_id, creq, response, features, None, not asked_logprobs(route, request)
-        )
-        if entry is None:
-            raise InvalidRequest("the answer is larger than cache.max_entry_bytes")
-        await self._service.store(entry)
-        answer = await self._entries.answer_vector(entry, response)
-        if answer is not None:
-            await self._service.attach_answer_vector(entry_id, answer)
         return entry_id
 
     def _tenant(self, item: dict[str, Any]) -> str:

@@ -25,7 +25,6 @@ from fallback.degrade import Degrader
 from normalize.prompt_features import FeatureSource, NoFeatureSource
 from proxy.answering.feedback import FeedbackService
 from proxy.answering.flight_call import UpstreamCaller
-from proxy.answering.store_rule import StoreRule
 from proxy.answering.warmup import WarmUp
 from proxy.composition.lifecycle import front_resources, proxy_resources, register
 from proxy.composition.parts import ProxyParts, build_front, build_proxy
@@ -41,6 +40,7 @@ from proxy.http.hit_writer import HitWriter
 from proxy.http.openai_routes import OpenAIRoutes
 from proxy.http.request_frame import RequestFrame
 from proxy.http.request_reader import RequestReader
+from proxy.protocol.request_parser import RequestParser
 
 if TYPE_CHECKING:  # only proxy/http/telemetry.py imports OpenTelemetry at run time
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -87,17 +87,14 @@ def create_app(
     reader = RequestReader(
         config.server, requests.auth, requests.credential_rule, requests.screen, features
     )
-    # Which answers are stored, one rule for misses, verification (both through the caller) and
-    # warm-up lines.
-    store_rule = StoreRule(config.cache.store_truncated)
     OpenAIRoutes(
-        _completions(parts, reader, store_rule),
+        _completions(parts, reader),
         parts.upstream.client,
         requests.auth,
         config.server.max_passthrough_bytes,
     ).register(frame)
     if config.admin.token:
-        _admin_routes(parts, features, store_rule).register(frame)
+        _admin_routes(parts, features).register(frame)
     if edge_worker:
         # Outside the frame: a report is not a client's request. Reachable only through the
         # worker's unix socket, in a directory only the front's user can enter.
@@ -107,9 +104,7 @@ def create_app(
     return app
 
 
-def _completions(
-    parts: ProxyParts, reader: RequestReader, store_rule: StoreRule
-) -> CompletionHandler:
+def _completions(parts: ProxyParts, reader: RequestReader) -> CompletionHandler:
     config, store, upstream, clock = parts.config, parts.store, parts.upstream, parts.clock
     return CompletionHandler(
         cache=config.cache,
@@ -119,14 +114,12 @@ def _completions(
         flights=upstream.flights,
         caller=UpstreamCaller(
             upstream.gate,
-            store.service,
-            parts.entries,
+            parts.answers,
             store.recorder,
-            upstream.store_turns,
             upstream.upstream_turns,
-            store_rule,
             parts.telemetry.tracer,
         ),
+        answers=parts.answers,
         degrader=Degrader(config.degrade, store.service, clock, upstream.breaker),
         verifier=parts.verifier,
         served=parts.served,
@@ -138,16 +131,13 @@ def _completions(
     )
 
 
-def _admin_routes(parts: ProxyParts, features: FeatureSource, store_rule: StoreRule) -> AdminRoutes:
+def _admin_routes(parts: ProxyParts, features: FeatureSource) -> AdminRoutes:
     config, store, requests = parts.config, parts.store, parts.requests
     warmup = WarmUp(
-        store.service,
-        parts.entries,
+        parts.answers,
+        RequestParser(config.server.max_messages, requests.screen),
         requests.credential_rule,
         features,
-        requests.screen,
-        config.server.max_messages,
-        store_rule,
     )
     views = AdminViews(
         stats=stats_report(parts),

@@ -29,10 +29,12 @@ from core.tracing import StageTracer
 from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from normalize.keys.screen import PromptScreen
 from proxy.answering.admission import AdmissionControl
+from proxy.answering.answer_store import AnswerStore
 from proxy.answering.entry_builder import EntryBuilder
 from proxy.answering.feedback import ServedRequests
 from proxy.answering.flights import FlightRegistry
 from proxy.answering.gate import UpstreamGate
+from proxy.answering.store_rule import StoreRule
 from proxy.answering.verifier import Verifier
 from proxy.composition.report import gauges_of
 from proxy.edge.report import EdgeReport
@@ -142,6 +144,8 @@ class ProxyParts:
     upstream: UpstreamParts
     ttl: TtlPolicy
     entries: EntryBuilder
+    # The one way an answer is stored: misses, warm-up lines and verification's fresh answers.
+    answers: AnswerStore
     verifier: Verifier
     served: ServedRequests
     telemetry: Telemetry
@@ -258,6 +262,9 @@ def build_proxy(
     telemetry = Telemetry(
         config.telemetry, store.recorder, gauges_of(store, upstream, readiness), span_exporter
     )
+    entries = EntryBuilder(
+        config.cache, config.degrade, config.semantic, ttl, store.thresholds, clock, store.features
+    )
     return ProxyParts(
         config=config,
         clock=clock,
@@ -265,14 +272,13 @@ def build_proxy(
         store=store,
         upstream=upstream,
         ttl=ttl,
-        entries=EntryBuilder(
-            config.cache,
-            config.degrade,
-            config.semantic,
-            ttl,
-            store.thresholds,
-            clock,
-            store.features,
+        entries=entries,
+        answers=AnswerStore(
+            store.service,
+            entries,
+            StoreRule(config.cache.store_truncated),
+            upstream.store_turns,
+            telemetry.tracer,
         ),
         verifier=Verifier(
             config.verify, upstream.gate, store.service, store.thresholds, store.features

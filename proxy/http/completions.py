@@ -22,6 +22,7 @@ from core.recorder import CacheRecorder
 from core.tracing import NoopTracer, StageTracer
 from fallback.degrade import Degrader
 from normalize.keys.request import CacheRequest, Route
+from proxy.answering.answer_store import Answer, AnswerStore
 from proxy.answering.entry_builder import asked_logprobs
 from proxy.answering.feedback import ServedRecord, ServedRequests
 from proxy.answering.flight_call import CallPlan, UpstreamCaller
@@ -51,6 +52,7 @@ class CompletionHandler:
         service: CacheService,
         flights: FlightRegistry,
         caller: UpstreamCaller,
+        answers: AnswerStore,
         degrader: Degrader,
         verifier: Verifier,
         served: ServedRequests,
@@ -68,6 +70,7 @@ class CompletionHandler:
         self._service = service
         self._flights = flights
         self._caller = caller
+        self._answers = answers
         self._degrader = degrader
         self._verifier = verifier
         self._served = served
@@ -136,9 +139,8 @@ class CompletionHandler:
 
                 async def keep(fresh: dict[str, Any]) -> bool:
                     # The verified prompt gets an entry of its own with the right answer.
-                    return await self._caller.store_answer(
-                        _new_entry_id(creq), creq, read.features, fresh
-                    )
+                    answer = Answer(_new_entry_id(creq), creq, read.features, fresh)
+                    return await self._answers.store(answer) is None
 
             self._verifier.maybe_verify(
                 lookup, lambda: read.upstream_request(_plain(read.body)), keep

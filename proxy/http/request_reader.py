@@ -16,19 +16,14 @@ import orjson
 from aiohttp import web
 
 from core.config import ServerConfig
-from normalize.keys.fingerprint import fingerprint
 from normalize.keys.request import CacheRequest, Route
 from normalize.keys.screen import PromptScreen
 from normalize.prompt_features import FeatureSource, PromptFeatures
-from proxy.http.body import parse_json_object, read_body, validate
+from proxy.http.body import read_body
 from proxy.http.client_auth import ClientAuth
 from proxy.protocol.credentials import CredentialRule, Credentials
-from proxy.protocol.directives import (
-    NAMESPACE_HEADER,
-    STORE_TTL_HEADER,
-    CacheDirectives,
-    parse_directives,
-)
+from proxy.protocol.directives import NAMESPACE_HEADER, STORE_TTL_HEADER, CacheDirectives
+from proxy.protocol.request_parser import ParsedRequest, RequestParser, parse_json_object
 from proxy.upstream.client import UpstreamRequest
 
 UPSTREAM_PATHS = {Route.CHAT: "chat/completions", Route.COMPLETIONS: "completions"}
@@ -57,14 +52,6 @@ class ReadRequest:
         return UpstreamRequest("POST", path, tuple(headers), orjson.dumps(payload))
 
 
-@dataclass(frozen=True, slots=True)
-class _Parsed:
-    body: dict[str, Any]
-    directives: CacheDirectives
-    cache: CacheRequest
-    suspicious: bool
-
-
 _MEMO_ENTRIES = 1024
 _MEMO_MAX_BODY_BYTES = 8 * 1024
 
@@ -81,9 +68,9 @@ class RequestReader:
         self._server = server
         self._auth = auth
         self._rule = rule
-        self._screen = screen
+        self._parser = RequestParser(server.max_messages, screen)
         self._features = features
-        self._recent: dict[tuple[object, ...], _Parsed] = {}
+        self._recent: dict[tuple[object, ...], ParsedRequest] = {}
 
     async def read(self, request: web.Request, route: Route) -> ReadRequest:
         headers = request.headers
@@ -117,15 +104,11 @@ class RequestReader:
 
     def _parse(
         self, route: Route, raw: bytes, credentials: Credentials, headers: Mapping[str, str]
-    ) -> _Parsed:
+    ) -> ParsedRequest:
         body = parse_json_object(raw)
-        validate(route, body, self._server.max_messages)
-        directives = parse_directives(headers)
-        tenant = self._rule.tenant(credentials)
-        creq = fingerprint(route, body, tenant, directives.namespace)
-        return _Parsed(body, directives, creq, self._screen.suspicious(body))
+        return self._parser.parse(route, body, self._rule.tenant(credentials), headers)
 
-    def _remember(self, key: tuple[object, ...], parsed: _Parsed, size: int) -> None:
+    def _remember(self, key: tuple[object, ...], parsed: ParsedRequest, size: int) -> None:
         # Repeated identical requests are what a cache serves most; parsing, validating and
         # hashing them again is a large share of a hit's cost. The memo is small and bounded,
         # and only small bodies go in. (Bodies are read-only from here on: never mutated.)

@@ -19,8 +19,7 @@ from aiohttp.test_utils import TestServer
 from normalize.keys.fingerprint import fingerprint
 from normalize.keys.request import Route
 from normalize.prompt_features import NoFeatureSource
-from proxy.answering.flight_call import UpstreamCaller
-from proxy.answering.gate import UpstreamGate
+from proxy.answering import answer_store
 from proxy.answering.store_rule import StoreRule
 from proxy.composition.app import PARTS
 from proxy.protocol.credentials import CredentialRule
@@ -262,20 +261,12 @@ async def test_warm_up_lines_follow_the_same_rule(
         assert repeat.body["choices"][0]["finish_reason"] == "length"
 
 
-def caller_of(proxy: RunningProxy, rule: StoreRule) -> UpstreamCaller:
-    """An UpstreamCaller over the proxy's own parts, as create_app builds the one behind both
-    misses and verification."""
+def answers_of(proxy: RunningProxy, rule: StoreRule) -> answer_store.AnswerStore:
+    """An AnswerStore over the proxy's own parts, as create_app builds the one behind misses,
+    verification and warm-up."""
     parts = proxy.app[PARTS]
-    store, upstream = parts.store, parts.upstream
-    gate = UpstreamGate(upstream.client, upstream.breaker, upstream.admission)
-    return UpstreamCaller(
-        gate,
-        store.service,
-        parts.entries,
-        store.recorder,
-        upstream.store_turns,
-        upstream.upstream_turns,
-        rule,
+    return answer_store.AnswerStore(
+        parts.store.service, parts.entries, rule, parts.upstream.store_turns
     )
 
 
@@ -304,9 +295,11 @@ async def test_a_verifications_fresh_answer_follows_the_same_rule(
     request = fingerprint(Route.CHAT, body, anonymous, "")
     fresh = orjson.loads(warm_up_body(finish_reason))["response"]
 
-    kept = await caller_of(proxy, rule).store_answer(
-        f"{request.tag}-fresh", request, NoFeatureSource().for_request(request, False), fresh
+    features = NoFeatureSource().for_request(request, False)
+    refusal = await answers_of(proxy, rule).store(
+        answer_store.Answer(f"{request.tag}-fresh", request, features, fresh)
     )
+    kept = refusal is None
 
     assert kept is stored
     assert (await client.ask(QUESTION)).headers["X-Deja-Cache"] == ("hit" if stored else "miss")

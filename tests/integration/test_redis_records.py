@@ -62,8 +62,8 @@ async def test_a_record_of_another_format_version_is_not_served(
 
 
 async def test_an_answer_vector_attached_later_keeps_the_prompt_vector(tier: RedisTier) -> None:
-    # What CacheService.attach_answer_vector does against Redis: the entry it reads back has no
-    # vectors (a hit never needs them), and replacing with it must not drop the stored one.
+    # A `replace` of an entry read back (feedback, a verified threshold): the entry read back has
+    # no vectors (a hit never needs them), and replacing with it must not drop the stored one.
     prompt, answer = b"\x01\x00" * 384, b"\x02\x00" * 384
     await tier.put(make_entry("d", vector=prompt))
     read_back = await tier.get_by_id(make_entry("d").entry_id)

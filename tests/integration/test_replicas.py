@@ -272,6 +272,8 @@ def test_a_complaint_about_a_semantic_hit_raises_its_threshold_everywhere(semant
         5.0,
     )
     own = stored(semantic.a, paraphrase, key="sk-complaints")
+    # A holds it at once; Redis gets it with its answer embedding, a few ms later.
+    eventually(lambda: admin(semantic.b, "GET", f"entries/{own}").status == 200, 2.0)
     again = ask(semantic.b, paraphrase, key="sk-complaints")
     assert (again.headers["X-Deja-Match"], again.headers["X-Deja-Entry"]) == ("exact", own)
     # The entry itself still answers its own question.

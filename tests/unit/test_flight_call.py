@@ -33,6 +33,7 @@ from fallback.breaker import AlwaysClosedBreaker
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import NoFeatures
 from proxy.answering.admission import AdmissionControl
+from proxy.answering.answer_store import AnswerStore
 from proxy.answering.entry_builder import EntryBuilder
 from proxy.answering.flight_call import CallPlan, UpstreamCaller
 from proxy.answering.flights import (
@@ -118,9 +119,8 @@ class Call:
         entries = EntryBuilder(
             CacheConfig(), DegradeConfig(), SemanticConfig(), ttl, thresholds, self.clock
         )
-        self.caller = UpstreamCaller(
-            gate, self.service, entries, self.recorder, LoopTurns(), LoopTurns(), StoreRule()
-        )
+        answers = AnswerStore(self.service, entries, StoreRule(), LoopTurns())
+        self.caller = UpstreamCaller(gate, answers, self.recorder, LoopTurns())
 
     async def run(self, plan: CallPlan) -> list[FlightEvent]:
         """Runs the call to its end as the registry runs it; the events the waiters saw."""

@@ -46,7 +46,8 @@ class SemanticIndex(Protocol):
     async def add(self, entry: Entry) -> None: ...
 
     async def update(self, entry: Entry) -> None:
-        """Take a changed threshold or TTL of an indexed entry into account."""
+        """Take a changed threshold or TTL of an indexed entry into account, and its answer
+        embedding when it holds none yet."""
         ...
 
     async def remove(self, entry_id: str) -> bool: ...

@@ -1,0 +1,86 @@
+"""Storing a finished answer: one path for a miss's answer, a warm-up line and a verification's
+fresh answer.
+
+    store rule ─▶ build the entry (prompt analysis and embedding) ─▶ CacheService.store:
+        in-process tier and semantic index at once ─▶ answer embedding ─▶ shared tiers (Redis)
+        and one replication event, the entry written once, with it
+
+The answer's embedding (what the semantic tier compares neighbours' answers with) is computed
+inside the store, so the shared tiers are written once, with it, and other replicas hear of the
+entry once; what this process holds is written before it, so a client that repeats its question,
+or a paraphrase of it, right after the answer finds it here.
+
+Nothing here counts: each caller knows whether a refusal is a statistic (a live miss's answer,
+`CacheRecorder.not_stored`), an error for its client (a warm-up line), or neither (a verification).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core.loop_turns import LoopTurns
+from core.recorder import NotStoredReason, OtherFinishReason
+from core.tracing import NoopTracer, StageTracer
+from normalize.keys.request import CacheRequest
+from normalize.prompt_features import PromptFeatures
+from proxy.answering.entry_builder import EntryBuilder
+from proxy.answering.store_rule import StoreRule
+from tiers.service import CacheService
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A finished answer and the request it answers."""
+
+    entry_id: str
+    request: CacheRequest
+    features: PromptFeatures
+    completion: dict[str, Any]
+    # `X-Deja-Store-TTL`: the entry's TTL is at most this.
+    ttl_cap_s: float | None = None
+    # Logprobs the request did not ask for (Deja added them, or a warm-up line carries them):
+    # they set the TTL, and are not kept.
+    strip_logprobs: bool = False
+
+
+class AnswerStore:
+    def __init__(
+        self,
+        service: CacheService,
+        entries: EntryBuilder,
+        rule: StoreRule,
+        turns: LoopTurns,
+        tracer: StageTracer | None = None,
+    ) -> None:
+        self._service = service
+        self._entries = entries
+        self._rule = rule
+        self._turns = turns
+        self._tracer = tracer or NoopTracer()
+
+    async def store(self, answer: Answer) -> NotStoredReason | OtherFinishReason | None:
+        """Store `answer` when the store rule allows it and it fits: None when stored, else why
+        not, as the recorder counts it (the rule's refusal, or `too_large`)."""
+        refusal = self._rule.refusal(answer.completion)
+        if refusal is not None:
+            return refusal
+        # Storing is background work, spread out: one step per loop iteration of the store's
+        # lane (core/loop_turns.py), before building the entry and again before writing it.
+        with self._tracer.span("deja.store", {"deja.entry": answer.entry_id}):
+            await self._turns.take()
+            entry = await self._entries.build(
+                answer.entry_id,
+                answer.request,
+                answer.completion,
+                answer.features,
+                answer.ttl_cap_s,
+                answer.strip_logprobs,
+            )
+            if entry is None:
+                return NotStoredReason.TOO_LARGE
+            await self._turns.take()
+            await self._service.store(
+                entry, answer_vector=lambda: self._entries.answer_vector(entry, answer.completion)
+            )
+        return None
