@@ -54,7 +54,7 @@ from bench.calibration_report import (
 )
 from bench.calibration_upstream import IntentUpstream, group_of_answer, load_workload
 from bench.harness import PYTHON, RESULTS, ROOT, write_json
-from core.config import SemanticConfig, VerifyConfig
+from core.semantic_config import SemanticConfig, VerifyConfig
 from tests.support.processes import ServerProcess
 from tests.support.redis_server import free_port
 

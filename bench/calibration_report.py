@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import print_table
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 
 TARGET = 0.01
 COMMENTARY = "\n<!-- commentary: written by hand, kept when the bench rewrites this file -->\n"

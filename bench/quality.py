@@ -49,7 +49,7 @@ from bench.quality_metrics import (
     replay_rates,
 )
 from bench.quality_report import render_markdown, targets
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.meaning.signature import Analysis

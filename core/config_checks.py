@@ -16,15 +16,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
-from core.config import (
-    SEMANTIC_LANGUAGES,
-    DejaConfig,
-    PricingConfig,
-    RedisConfig,
-    SemanticConfig,
-    TelemetryConfig,
-)
+from core.config import DejaConfig, PricingConfig, RedisConfig, TelemetryConfig
 from core.http_headers import HOP_BY_HOP
+from core.semantic_config import SEMANTIC_LANGUAGES, SemanticConfig
 
 # The package the sentence-transformer is loaded from when `semantic.model_path` is empty:
 # named once, here, for this check and for the loader (normalize/runtime/sentence_encoder.py).

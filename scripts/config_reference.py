@@ -1,5 +1,6 @@
 """Writes the configuration reference from the declarations (`setting`, core/settings.py):
-config/deja.yaml and the README's "Configuration" table from core/config.py, and the flag table
+config/deja.yaml and the README's "Configuration" table from core/config.py (and the sections
+it takes from core/semantic_config.py), and the flag table
 of docs/modelserver.md from modelserver/config.py. Tests check that the committed files are
 what this writes (tests/unit/test_config.py, tests/unit/test_config_reference.py).
 

@@ -53,7 +53,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.meaning.lexicon import ANTONYMS, MIN_PREFIX_BASE_CHARS, NEGATING_PREFIXES, NEGATORS
 from normalize.meaning.rearrangement import rearranged
 from normalize.meaning.role_guards import exchanged, parsed_roles

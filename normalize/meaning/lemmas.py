@@ -22,7 +22,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, Token
 from spacy.vocab import Vocab
 
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.keys.text import canonical_text
 from normalize.meaning.language import LanguageGate
 from normalize.meaning.lexicon import (

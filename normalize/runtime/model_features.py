@@ -15,7 +15,7 @@ import logging
 
 import numpy as np
 
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.keys.fingerprint import lemma_key
 from normalize.keys.request import CacheRequest
 from normalize.meaning.language import LanguageGate

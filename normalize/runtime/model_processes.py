@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from core.config import SemanticConfig
 from core.errors import DejaError
+from core.semantic_config import SemanticConfig
 from normalize.meaning.signature import Analysis
 from normalize.runtime.model_worker import (
     ANALYZE,

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from core.config import SemanticConfig
 from core.cpu_priority import become_idle_priority
+from core.semantic_config import SemanticConfig
 
 ANALYZE, EMBED = "analyze", "embed"
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from core.config import SemanticConfig
 from core.config_checks import DEFAULT_SENTENCE_MODEL_PACKAGE
+from core.semantic_config import SemanticConfig
 
 Vectors = npt.NDArray[np.float32]
 

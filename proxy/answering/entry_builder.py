@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 
 from core.clock import Clock
-from core.config import CacheConfig, DegradeConfig, SemanticConfig
+from core.config import CacheConfig, DegradeConfig
+from core.semantic_config import SemanticConfig
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import PromptFeatures
 from proxy.answering.answer_agreement import AnswerEmbedder, answer_vector

@@ -27,8 +27,8 @@ from typing import Any
 
 import orjson
 
-from core.config import VerifyConfig
 from core.errors import DejaError
+from core.semantic_config import VerifyConfig
 from proxy.answering.answer_agreement import AnswerEmbedder, compare_answers
 from proxy.answering.gate import UpstreamGate
 from proxy.upstream.client import UpstreamRequest

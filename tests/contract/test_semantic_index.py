@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from core.clock import ManualClock
-from core.config import SemanticConfig, VerifyConfig
 from core.errors import CorruptEntry
 from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
+from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.signature import Analysis, MeaningSignature
 from tests.support.entries import TAG, make_entry

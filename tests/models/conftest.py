@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.runtime.sentence_encoder import SentenceEncoder, load_sentence_encoder

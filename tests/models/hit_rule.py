@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.keys.text import canonical_text
 from normalize.meaning.guards import GuardVerdict, MeaningGuard
 from normalize.meaning.language import LanguageGate

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from core.clock import ManualClock
-from core.config import SemanticConfig, VerifyConfig
 from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
+from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.runtime.sentence_encoder import SentenceEncoder

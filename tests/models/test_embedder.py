@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.runtime.model_processes import EMBED, FeatureWorkerUnavailable, WorkerPool
 from normalize.runtime.sentence_encoder import (
     SentenceEncoder,

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.meaning.rearrangement import moved_phrases

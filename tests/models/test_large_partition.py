@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from core.clock import ManualClock
-from core.config import SemanticConfig, VerifyConfig
 from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
+from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.runtime.sentence_encoder import SentenceEncoder

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from core.config import SEMANTIC_LANGUAGES
 from core.config_loader import load_config
 from core.errors import ConfigError
+from core.semantic_config import SEMANTIC_LANGUAGES
 from normalize.meaning.language import LanguageGate
 
 _OFF = {"semantic": {"enabled": False}}

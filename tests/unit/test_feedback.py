@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from core.clock import ManualClock
-from core.config import LruKConfig, TtlConfig, VerifyConfig
+from core.config import LruKConfig, TtlConfig
 from core.recorder import CacheRecorder
+from core.semantic_config import VerifyConfig
 from proxy.answering.feedback import FeedbackService, ServedRecord, ServedRequests
 from tests.support.entries import TAG, make_entry
 from tiers.base import Entry, MatchKind

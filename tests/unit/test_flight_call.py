@@ -17,18 +17,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.clock import ManualClock
-from core.config import (
-    CacheConfig,
-    DegradeConfig,
-    LruKConfig,
-    SemanticConfig,
-    TtlConfig,
-    UpstreamConfig,
-    VerifyConfig,
-)
+from core.config import CacheConfig, DegradeConfig, LruKConfig, TtlConfig, UpstreamConfig
 from core.errors import UpstreamProtocolError
 from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
+from core.semantic_config import SemanticConfig, VerifyConfig
 from fallback.breaker import AlwaysClosedBreaker
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import NoFeatures

@@ -16,16 +16,10 @@ from typing import Any
 import numpy as np
 
 from core.clock import ManualClock
-from core.config import (
-    CacheConfig,
-    DegradeConfig,
-    LruKConfig,
-    SemanticConfig,
-    TtlConfig,
-    VerifyConfig,
-)
+from core.config import CacheConfig, DegradeConfig, LruKConfig, TtlConfig
 from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder, NotStoredReason
+from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.keys.request import CacheRequest, Route
 from normalize.meaning.signature import Analysis, MeaningSignature
 from normalize.prompt_features import PromptAnalysis

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import VerifyConfig
+from core.semantic_config import VerifyConfig
 from tiers.policies.thresholds import FalseHitEstimator, ThresholdController, wilson_interval
 
 DOWN = 0.01 * 0.007 / 0.993

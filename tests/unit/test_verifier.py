@@ -17,9 +17,10 @@ import orjson
 import pytest
 
 from core.clock import ManualClock
-from core.config import LruKConfig, UpstreamConfig, VerifyConfig
+from core.config import LruKConfig, UpstreamConfig
 from core.errors import DejaError
 from core.recorder import CacheRecorder
+from core.semantic_config import VerifyConfig
 from fallback.breaker import AlwaysClosedBreaker
 from proxy.answering.admission import AdmissionControl
 from proxy.answering.answer_agreement import AnswerEmbedder, Verdict, answer_of, compare_answers

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.config import SemanticConfig
+from core.semantic_config import SemanticConfig
 from normalize.runtime.model_processes import (
     BACKGROUND_MAX,
     EMBED,

@@ -33,7 +33,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from core.config import VerifyConfig
+from core.semantic_config import VerifyConfig
 
 Z_95 = 1.959964
 # The controller aims this far under the target, so noise keeps the true rate below it.

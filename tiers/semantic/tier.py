@@ -31,10 +31,10 @@ import faiss
 import numpy as np
 
 from core.clock import Clock
-from core.config import SemanticConfig
 from core.errors import CorruptEntry
 from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder, GuardName
+from core.semantic_config import SemanticConfig
 from normalize.meaning.guards import GuardVerdict, MeaningGuard
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, PartitionIndex
