@@ -44,7 +44,6 @@ from bench.harness import (
 )
 from core.clock import SystemClock
 from core.cpu_priority import become_idle_priority
-from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.keys.fingerprint import fingerprint
@@ -77,9 +76,7 @@ async def in_process(
     features = SemanticFeatureSource(config)
     await features.start()
     thresholds = ThresholdController(VerifyConfig(), config.threshold)
-    tier = SemanticTier(
-        config, MeaningGuard(config), thresholds, SystemClock(), CacheRecorder(), LoopTurns()
-    )
+    tier = SemanticTier(config, MeaningGuard(config), thresholds, SystemClock(), CacheRecorder())
     tier.set_dimension(features.dim)
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     partition = fingerprint(Route.CHAT, body, "bench", "").partition

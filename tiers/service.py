@@ -22,7 +22,7 @@ import numpy as np
 
 from core.clock import Clock
 from core.errors import TierUnavailable
-from core.loop_turns import LoopTurns
+from core.pacing import Pacer, Unpaced
 from core.recorder import CacheRecorder
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures
@@ -60,7 +60,6 @@ class CacheService:
         recorder: CacheRecorder,
         semantic: SemanticIndex | None = None,
         replication: Replication | None = None,
-        turns: LoopTurns | None = None,
     ) -> None:
         self._tiers = list(tiers)
         first = self._tiers[0] if self._tiers else None
@@ -71,9 +70,6 @@ class CacheService:
         # Where every change is told to other replicas (built before the service, over the same
         # semantic index); none without Redis.
         self._replication: Replication = replication or NoReplication()
-        # The proxy's lookup lane, shared with the semantic tier (the composition root passes
-        # it); a service built alone, in a test, has one of its own.
-        self._turns = turns or LoopTurns()
 
     async def _publish(self, event: ReplicationEvent) -> None:
         try:
@@ -91,8 +87,16 @@ class CacheService:
         return self._semantic.answer_vector(entry_id)
 
     async def lookup(
-        self, request: CacheRequest, features: PromptFeatures, max_age_s: float | None = None
+        self,
+        request: CacheRequest,
+        features: PromptFeatures,
+        max_age_s: float | None = None,
+        pacer: Pacer | None = None,
     ) -> LookupOutcome:
+        """LRU-K → Redis by exact key, then by lemma key, then the semantic index. Each step
+        past the exact tiers first awaits `pacer` (the caller's lookup lane, core/pacing.py);
+        without one, nothing waits."""
+        pacer = pacer or Unpaced()
         now = self._clock.time()
         hit, stale = self._memory_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s
@@ -106,8 +110,8 @@ class CacheService:
             return LookupOutcome(hit, stale)
         analysis = await features.analysis()
         # The features of a whole batch of lookups arrive in one loop iteration; what each
-        # does with them waits for a turn of its own (core/loop_turns.py).
-        await self._turns.take()
+        # does with them waits for a turn of its own.
+        await pacer.step()
         if analysis is not None and analysis.lemma_key is not None:
             key = analysis.lemma_key
             hit, lemma_stale = self._memory_lookup(request, key, MatchKind.LEMMA, now, max_age_s)
@@ -116,9 +120,11 @@ class CacheService:
                     request, key, MatchKind.LEMMA, now, max_age_s, lemma_stale
                 )
             stale = stale or lemma_stale
-            if hit is not None and not await self._contradicted(request, features, hit.entry):
+            if hit is not None and not await self._contradicted(
+                request, features, hit.entry, pacer
+            ):
                 return LookupOutcome(hit, stale)
-        hit = await self._semantic_lookup(request, features, now, max_age_s)
+        hit = await self._semantic_lookup(request, features, now, max_age_s, pacer)
         return LookupOutcome(hit, stale)
 
     def _memory_lookup(
@@ -163,13 +169,20 @@ class CacheService:
         return None, stale
 
     async def _semantic_lookup(
-        self, request: CacheRequest, features: PromptFeatures, now: float, max_age_s: float | None
+        self,
+        request: CacheRequest,
+        features: PromptFeatures,
+        now: float,
+        max_age_s: float | None,
+        pacer: Pacer,
     ) -> Lookup | None:
         analysis = await features.analysis()  # starts the embedding too, if it has not started
         vector = await features.vector()
         if vector is None or analysis is None:
             return None
-        candidates = await self._semantic.search(request.partition, vector, analysis.analysis)
+        candidates = await self._semantic.search(
+            request.partition, vector, analysis.analysis, pacer=pacer
+        )
         for candidate in candidates:
             entry = await self.get_entry(candidate.entry_id)
             if entry is None or entry.partition != request.partition:
@@ -179,7 +192,7 @@ class CacheService:
         return None
 
     async def _contradicted(
-        self, request: CacheRequest, features: PromptFeatures, entry: Entry
+        self, request: CacheRequest, features: PromptFeatures, entry: Entry, pacer: Pacer
     ) -> bool:
         """The semantic tier's answer check for a lemma-key match: the same lemma skeleton
         does not make near-identical questions answered differently any safer to serve."""
@@ -188,7 +201,7 @@ class CacheService:
         if vector is None or analysis is None:
             return False
         return await self._semantic.contradicts(
-            request.partition, vector, analysis.analysis, entry.entry_id
+            request.partition, vector, analysis.analysis, entry.entry_id, pacer=pacer
         )
 
     async def neighbour(

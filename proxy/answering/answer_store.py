@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.loop_turns import LoopTurns
+from core.pacing import Pacer
 from core.recorder import NotStoredReason, OtherFinishReason
 from core.tracing import NoopTracer, StageTracer
 from normalize.keys.request import CacheRequest
@@ -50,7 +50,7 @@ class AnswerStore:
         service: CacheService,
         entries: EntryBuilder,
         rule: StoreRule,
-        turns: LoopTurns,
+        turns: Pacer,
         tracer: StageTracer | None = None,
     ) -> None:
         self._service = service
@@ -66,9 +66,9 @@ class AnswerStore:
         if refusal is not None:
             return refusal
         # Storing is background work, spread out: one step per loop iteration of the store's
-        # lane (core/loop_turns.py), before building the entry and again before writing it.
+        # lane (core/pacing.py), before building the entry and again before writing it.
         with self._tracer.span("deja.store", {"deja.entry": answer.entry_id}):
-            await self._turns.take()
+            await self._turns.step()
             entry = await self._entries.build(
                 answer.entry_id,
                 answer.request,
@@ -79,7 +79,7 @@ class AnswerStore:
             )
             if entry is None:
                 return NotStoredReason.TOO_LARGE
-            await self._turns.take()
+            await self._turns.step()
             await self._service.store(
                 entry, answer_vector=lambda: self._entries.answer_vector(entry, answer.completion)
             )

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from core.loop_turns import LoopTurns
+from core.pacing import Pacer
 from core.recorder import CacheRecorder, NotStoredReason
 from core.tracing import NoopTracer, StageTracer
 from normalize.keys.request import CacheRequest
@@ -50,7 +50,7 @@ class UpstreamCaller:
         gate: UpstreamGate,
         answers: AnswerStore,
         recorder: CacheRecorder,
-        upstream_turns: LoopTurns,
+        upstream_turns: Pacer,
         tracer: StageTracer | None = None,
     ) -> None:
         self._gate = gate
@@ -65,8 +65,8 @@ class UpstreamCaller:
             async with self._gate.admitted() as slot:
                 # Building and sending the upstream request is a step of the miss's own: it
                 # waits for a turn, so that the hits that are ready go first
-                # (core/loop_turns.py).
-                await self._upstream_turns.take()
+                # (core/pacing.py).
+                await self._upstream_turns.step()
                 response = await self._gate.open(plan.upstream, slot)
                 if plan.plain_upstream is not None and response.status in (400, 422):
                     # Some upstreams refuse logprobs (or refuse them with tools): ask as the
@@ -110,7 +110,7 @@ class UpstreamCaller:
         ok = 200 <= response.status < 300
         if not ok or not flight.stream:
             raw = await response.read()
-            await self._upstream_turns.take()  # parsing a long answer is a step of its own
+            await self._upstream_turns.step()  # parsing a long answer is a step of its own
             obj = _json_object(raw)
             flight.publish(FlightBody(raw, obj))
             if not ok or obj is None:

@@ -125,7 +125,8 @@ def _completions(parts: ProxyParts, reader: RequestReader) -> CompletionHandler:
         served=parts.served,
         clock=clock,
         recorder=store.recorder,
-        turns=upstream.upstream_turns,
+        lookup_turns=store.lookup_turns,
+        upstream_turns=upstream.upstream_turns,
         hits=HitWriter(config.pricing, parts.served, clock, store.recorder),
         tracer=parts.telemetry.tracer,
     )

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from core.clock import Clock
 from core.config import DejaConfig
-from core.loop_turns import LoopTurns
+from core.pacing import LoopTurns
 from core.recorder import CacheRecorder
 from core.tracing import StageTracer
 from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
@@ -114,8 +114,9 @@ class StoreParts:
     replication: StreamReplication | None
     service: CacheService
     thresholds: ThresholdController
-    # Every step of a lookup past the exact tiers takes a turn from this lane, which lets other
-    # ready work go first (see core/loop_turns.py); the semantic tier shares it.
+    # The lookups' pacer (core/pacing.py): every step of a lookup past the exact tiers waits for
+    # a turn of this lane, so exact hits are served in between. The handler passes it to
+    # `CacheService.lookup`; the service and the semantic index keep none.
     lookup_turns: LoopTurns
 
 
@@ -126,12 +127,12 @@ class UpstreamParts:
     admission: AdmissionControl
     gate: UpstreamGate
     flights: FlightRegistry
-    # Storing a miss's answer is spread out one step per loop iteration, but never waits behind
-    # other ready work: a client that repeats its question at once should find it stored.
+    # Storing an answer is spread out, one step per loop iteration of its own lane: a client
+    # that repeats its question at once should find it stored, not wait behind lookups.
     store_turns: LoopTurns
     # A miss's own steps on the loop (sending it upstream, parsing a whole answer, writing it
-    # to the client) give way to ready work like the lookups, in a lane of their own: a miss
-    # waits for a model anyway, and at most `max_deferral_s` more under a flood of hits.
+    # to the client), one per loop iteration, in a lane of their own: a miss waits for a model
+    # anyway.
     upstream_turns: LoopTurns
 
 
@@ -202,7 +203,6 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             thresholds,
             clock,
             recorder,
-            lookup_turns,
         )
     replication = None
     if redis is not None and redis_tier is not None:
@@ -215,7 +215,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             indexes=semantic_index,
         )
     tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
-    service = CacheService(tiers, clock, recorder, semantic, replication, turns=lookup_turns)
+    service = CacheService(tiers, clock, recorder, semantic, replication)
     return StoreParts(
         recorder=recorder,
         lru=lru,
@@ -243,7 +243,7 @@ def build_upstream(config: DejaConfig, clock: Clock) -> UpstreamParts:
         admission=admission,
         gate=UpstreamGate(client, breaker, admission),
         flights=FlightRegistry(),
-        store_turns=LoopTurns(max_deferral_s=0.0),
+        store_turns=LoopTurns(),
         upstream_turns=LoopTurns(),
     )
 

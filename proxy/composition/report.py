@@ -29,7 +29,6 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
         "ready": 1.0 if readiness.ready else 0.0,
         "lookup_turns_waiting": store.lookup_turns.waiting,
         "lookup_turns_granted": store.lookup_turns.granted,
-        "lookup_turns_deferred": store.lookup_turns.deferred,
         "store_turns_waiting": upstream.store_turns.waiting,
         "upstream_turns_waiting": upstream.upstream_turns.waiting,
     }

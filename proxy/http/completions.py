@@ -17,7 +17,7 @@ from core.clock import Clock
 from core.config import CacheConfig, UpstreamConfig
 from core.errors import DejaError
 from core.ids import IdSequence
-from core.loop_turns import LoopTurns
+from core.pacing import Pacer
 from core.recorder import CacheRecorder
 from core.tracing import NoopTracer, StageTracer
 from fallback.degrade import Degrader
@@ -58,14 +58,18 @@ class CompletionHandler:
         served: ServedRequests,
         clock: Clock,
         recorder: CacheRecorder,
-        turns: LoopTurns,
+        lookup_turns: Pacer,
+        upstream_turns: Pacer,
         hits: HitWriter,
         tracer: StageTracer | None = None,
     ) -> None:
         self._tracer = tracer or NoopTracer()
         self._cache = cache
         self._upstream = upstream
-        self._turns = turns
+        # core/pacing.py: the lookups' lane, passed to every lookup; a miss's own lane, for
+        # writing a whole answer.
+        self._lookup_turns = lookup_turns
+        self._upstream_turns = upstream_turns
         self._reader = reader
         self._service = service
         self._flights = flights
@@ -92,7 +96,9 @@ class CompletionHandler:
         looked_up = cacheable and read.directives.lookup
         if looked_up:
             with self._tracer.span("deja.lookup") as span:
-                outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
+                outcome = await self._service.lookup(
+                    creq, read.features, read.directives.max_age_s, self._lookup_turns
+                )
                 describe_lookup(span, outcome)
             if outcome.hit is not None:
                 return await self._serve_hit(request, ctx, read, outcome.hit)
@@ -119,7 +125,7 @@ class CompletionHandler:
             )
 
         with flight.attendance():
-            written = await FlightWriter(request, ctx, creq, flight, self._turns).write()
+            written = await FlightWriter(request, ctx, creq, flight, self._upstream_turns).write()
         if not isinstance(written, Undelivered):
             return written
         degraded = await self._serve_degraded(request, ctx, read, outcome, looked_up, written.error)

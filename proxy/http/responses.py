@@ -11,7 +11,7 @@ from aiohttp import web
 
 from core.errors import BreakerOpen, DejaError, RateLimited, UpstreamError, UpstreamProtocolError
 from core.ids import IdSequence
-from core.loop_turns import LoopTurns
+from core.pacing import Pacer
 from normalize.keys.request import CacheRequest, Route
 from proxy.answering.entry_builder import without_logprobs
 from proxy.answering.flights import (
@@ -117,7 +117,7 @@ class FlightWriter:
         ctx: RequestContext,
         creq: CacheRequest,
         flight: Flight,
-        turns: LoopTurns,
+        turns: Pacer,
     ) -> None:
         self._turns = turns
         self._request = request
@@ -151,7 +151,7 @@ class FlightWriter:
             )
         # Writing a whole answer is one of the miss's steps that can wait for a turn (ready
         # hits go first); a live stream is not held up.
-        await self._turns.take()
+        await self._turns.step()
         if isinstance(terminal, FlightBody) and not self._creq.stream and not self._added_logprobs:
             # The upstream's own bytes, untouched.
             return self._relay(first, terminal.raw)

@@ -24,7 +24,6 @@ import pytest
 
 from core.clock import ManualClock
 from core.errors import CorruptEntry
-from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.meaning.guards import MeaningGuard
@@ -101,7 +100,6 @@ def build_tier(variant: str, **overrides: Any) -> SemanticTier:
         ThresholdController(VerifyConfig(), config.threshold),
         ManualClock(wall_start_s=NOW_S),
         CacheRecorder(),
-        LoopTurns(),
     )
     tier.set_dimension(DIM)
     return tier

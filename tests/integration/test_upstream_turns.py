@@ -1,4 +1,4 @@
-"""A miss's own steps on the event loop wait for turns of the upstream lane (core/loop_turns.py):
+"""A miss's own steps on the event loop wait for turns of the upstream lane (core/pacing.py):
 sending it upstream, parsing a whole answer and writing it to the client; a hit takes none, and
 a live stream is not held up after its send."""
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from core.clock import ManualClock
-from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.meaning.guards import MeaningGuard
@@ -44,7 +43,6 @@ class Fixture:
             ThresholdController(VerifyConfig(), self.config.threshold),
             ManualClock(wall_start_s=1_700_001_010.0),
             self.recorder,
-            LoopTurns(),
         )
         self.tier.set_dimension(384)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from core.clock import ManualClock
-from core.loop_turns import LoopTurns
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.meaning.guards import MeaningGuard
@@ -27,7 +26,6 @@ async def test_a_large_partition_finds_the_paraphrase_and_refuses_the_negation(
         ThresholdController(VerifyConfig(), config.threshold),
         ManualClock(wall_start_s=1_700_001_010.0),
         CacheRecorder(),
-        LoopTurns(),
     )
     tier.set_dimension(384)
     filler_analysis = analyzer.analyze("What is the weather like today?").to_wire()

@@ -19,7 +19,7 @@ from typing import Any
 from core.clock import ManualClock
 from core.config import CacheConfig, DegradeConfig, LruKConfig, TtlConfig, UpstreamConfig
 from core.errors import UpstreamProtocolError
-from core.loop_turns import LoopTurns
+from core.pacing import LoopTurns
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig, VerifyConfig
 from fallback.breaker import AlwaysClosedBreaker

@@ -9,7 +9,7 @@ import time
 
 import orjson
 
-from core.loop_turns import LoopTurns
+from core.pacing import LoopTurns
 from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.request_context import CacheOutcome, RequestContext
 from proxy.http.request_ledger import RequestLedger

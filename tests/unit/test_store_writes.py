@@ -17,7 +17,7 @@ import numpy as np
 
 from core.clock import ManualClock
 from core.config import CacheConfig, DegradeConfig, LruKConfig, TtlConfig
-from core.loop_turns import LoopTurns
+from core.pacing import LoopTurns
 from core.recorder import CacheRecorder, NotStoredReason
 from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.keys.request import CacheRequest, Route

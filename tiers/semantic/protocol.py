@@ -7,6 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
+from core.pacing import Pacer
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation
 
@@ -20,12 +21,17 @@ class SemanticCandidate:
 
 
 class SemanticIndex(Protocol):
+    """A search runs in steps (the FAISS search in parts, each guard check in parts); it awaits
+    its caller's `pacer` before each (none: nothing waits), so the caller decides whether other
+    work goes first (core/pacing.py). The index keeps no pacer of its own."""
+
     async def search(
         self,
         partition: str,
         vector: np.ndarray,
         query: Analysis,
         threshold_override: float | None = None,
+        pacer: Pacer | None = None,
     ) -> list[SemanticCandidate]:
         """The nearest entry of `partition` that passes its similarity threshold and the meaning
         guards and is fresh (a list of at most one). With `threshold_override` (a relaxed,
@@ -33,7 +39,12 @@ class SemanticIndex(Protocol):
         ...
 
     async def contradicts(
-        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+        self,
+        partition: str,
+        vector: np.ndarray,
+        query: Analysis,
+        entry_id: str,
+        pacer: Pacer | None = None,
     ) -> bool:
         """Whether another entry near the query asks the same question but was answered
         differently from `entry_id` (the answer check, for lemma-key matches)."""
@@ -66,11 +77,17 @@ class NullSemanticIndex:
         vector: np.ndarray,
         query: Analysis,
         threshold_override: float | None = None,
+        pacer: Pacer | None = None,
     ) -> list[SemanticCandidate]:
         return []
 
     async def contradicts(
-        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+        self,
+        partition: str,
+        vector: np.ndarray,
+        query: Analysis,
+        entry_id: str,
+        pacer: Pacer | None = None,
     ) -> bool:
         return False
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from core.clock import Clock
 from core.errors import CorruptEntry
-from core.loop_turns import LoopTurns
+from core.pacing import Pacer, Unpaced
 from core.recorder import CacheRecorder, GuardName
 from core.semantic_config import SemanticConfig
 from normalize.meaning.guards import GuardVerdict, MeaningGuard
@@ -73,10 +73,8 @@ class SemanticTier:
         thresholds: ThresholdController,
         clock: Clock,
         recorder: CacheRecorder,
-        turns: LoopTurns,
     ):
         self._config = config
-        self._turns = turns
         self._dim = 0  # known once the embedding model is loaded (set_dimension)
         self._guard = guard
         self._thresholds = thresholds
@@ -118,15 +116,17 @@ class SemanticTier:
         vector: np.ndarray,
         query: Analysis,
         threshold_override: float | None = None,
+        pacer: Pacer | None = None,
     ) -> list[SemanticCandidate]:
+        pacer = pacer or Unpaced()
         index = self._indexes.get(partition)
         if index is None:
             return []
         relaxed = threshold_override is not None
         # The search, and each guard check after it, is a fraction of a millisecond of Python;
-        # each takes a loop turn of its own, so that exact hits are served in between.
-        await self._turns.take()
-        live = await self._neighbours(index, vector, relaxed)
+        # each waits for the caller's pacer, so that exact hits can be served in between.
+        await pacer.step()
+        live = await self._neighbours(index, vector, pacer, relaxed)
         for item, similarity in live:
             threshold = (
                 threshold_override
@@ -135,10 +135,10 @@ class SemanticTier:
             )
             if similarity < threshold:
                 continue
-            if not await self._same_question(query, item):
+            if not await self._same_question(query, item, pacer):
                 continue
             # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
-            if await self._contradicted(query, item, similarity, live):
+            if await self._contradicted(query, item, similarity, live, pacer):
                 self._recorder.guard_rejected(GuardName.ANSWERS)
                 return []
             self._recency.move_to_end(item.entry_id)
@@ -146,7 +146,12 @@ class SemanticTier:
         return []
 
     async def contradicts(
-        self, partition: str, vector: np.ndarray, query: Analysis, entry_id: str
+        self,
+        partition: str,
+        vector: np.ndarray,
+        query: Analysis,
+        entry_id: str,
+        pacer: Pacer | None = None,
     ) -> bool:
         """Whether a neighbour contradicts `entry_id` as the answer to this query (see
         `_contradicted`): for matches found without a similarity search (the lemma key)."""
@@ -158,13 +163,19 @@ class SemanticTier:
         if own is None:
             return False
         similarity = float(np.dot(vector, own))
-        if await self._contradicted(query, item, similarity, await self._neighbours(index, vector)):
+        pacer = pacer or Unpaced()
+        neighbours = await self._neighbours(index, vector, pacer)
+        if await self._contradicted(query, item, similarity, neighbours, pacer):
             self._recorder.guard_rejected(GuardName.ANSWERS)
             return True
         return False
 
     async def _neighbours(
-        self, index: PartitionIndex[faiss.Index], vector: np.ndarray, relaxed: bool = False
+        self,
+        index: PartitionIndex[faiss.Index],
+        vector: np.ndarray,
+        pacer: Pacer,
+        relaxed: bool = False,
     ) -> list[tuple[_Indexed, float]]:
         """The `candidates` nearest entries, best first. A hit needs a fresh entry; a relaxed
         (degraded) match takes one within its grace."""
@@ -172,11 +183,11 @@ class SemanticTier:
         if len(index) >= OFF_LOOP_MIN_VECTORS:
             found = await self._search_thread.run(index.search, vector, k)
         else:
-            # A part at a time (about 60 µs each), each after the first in a turn of its own.
+            # A part at a time (about 60 µs each), each after the first paced.
             parts = index.parts()
             results = [index.search_part(parts[0], vector, k)] if parts else []
             for part in parts[1:]:
-                await self._turns.take()
+                await pacer.step()
                 results.append(index.search_part(part, vector, k))
             found = best_of(results, k)
         now = self._clock.time()
@@ -189,17 +200,17 @@ class SemanticTier:
             if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
         ]
 
-    async def _same_question(self, query: Analysis, item: _Indexed) -> bool:
-        verdict = await self._guards(query, item.analysis)
+    async def _same_question(self, query: Analysis, item: _Indexed, pacer: Pacer) -> bool:
+        verdict = await self._guards(query, item.analysis, pacer)
         if not verdict.agree:
             self._recorder.guard_rejected(GuardName.of_reason(verdict.reason))
         return verdict.agree
 
-    async def _guards(self, query: Analysis, cached: Analysis) -> GuardVerdict:
-        """The guards' verdict, each of their parts in a loop turn of its own."""
+    async def _guards(self, query: Analysis, cached: Analysis, pacer: Pacer) -> GuardVerdict:
+        """The guards' verdict, each of their parts paced."""
         parts = self._guard.stepwise(query, cached)
         while True:
-            await self._turns.take()
+            await pacer.step()
             verdict = next(parts)
             if verdict is not None:
                 return verdict
@@ -210,6 +221,7 @@ class SemanticTier:
         best: _Indexed,
         similarity: float,
         live: list[tuple[_Indexed, float]],
+        pacer: Pacer,
     ) -> bool:
         """Whether another neighbour within `answer_margin` of `similarity` asks the same
         question (by the guards) and has an answer that disagrees with `best`'s. Neighbours
@@ -224,7 +236,7 @@ class SemanticTier:
                 break  # best first: the rest are further away still
             if self._thresholds.answers_agree(float(np.dot(best.answer, other.answer))):
                 continue
-            if (await self._guards(query, other.analysis)).agree:
+            if (await self._guards(query, other.analysis, pacer)).agree:
                 return True
         return False
 

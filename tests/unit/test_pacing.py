@@ -1,4 +1,5 @@
-"""LoopTurns: at most one waiting step per event-loop iteration, so I/O is served in between."""
+"""The pacer: LoopTurns lets at most one waiting step go per event-loop iteration, so I/O is
+served in between; Unpaced lets every step go at once."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import itertools
 import socket
 
-from core.loop_turns import LoopTurns, _others_ready
+from core.pacing import LoopTurns, Unpaced
 
 
 class IterationCounter:
@@ -32,7 +33,7 @@ def test_one_turn_per_iteration_in_the_order_asked() -> None:
         got: list[tuple[int, int]] = []
 
         async def step(name: int) -> None:
-            await turns.take()
+            await turns.step()
             got.append((name, counter.count))
 
         await asyncio.gather(*(step(i) for i in range(6)))
@@ -67,7 +68,7 @@ def test_a_socket_that_becomes_readable_is_served_between_two_turns() -> None:
 
         async def step(name: int) -> None:
             if take_turn:
-                await turns.take()
+                await turns.step()
             else:
                 await asyncio.sleep(0)
             order.append(f"step{name}")
@@ -96,14 +97,14 @@ def test_a_caller_cancelled_while_waiting_gives_its_turn_up() -> None:
         got: list[str] = []
 
         async def step(name: str) -> None:
-            await turns.take()
+            await turns.step()
             got.append(name)
 
         first = asyncio.create_task(step("first"))
         doomed = asyncio.create_task(step("doomed"))
         last = asyncio.create_task(step("last"))
-        await asyncio.sleep(0)  # all three are waiting
-        assert turns.waiting == 3
+        await asyncio.sleep(0)  # the first went at once (nobody was waiting); two wait
+        assert turns.waiting == 2
         doomed.cancel()
         await asyncio.gather(first, last)
         assert doomed.cancelled()
@@ -118,93 +119,52 @@ def test_one_instance_outlives_an_event_loop() -> None:
     must not stop the next loop's callers from getting their turns."""
     turns = LoopTurns()
     old = asyncio.new_event_loop()
-    abandoned = old.create_task(turns.take())
+    first = old.create_task(turns.step())  # goes at once, and starts the releases on this loop
+    abandoned = old.create_task(turns.step())
     old.call_soon(old.stop)
-    old.run_forever()  # one iteration: the caller is waiting, its release not run yet
+    old.run_forever()  # one iteration: the second caller is waiting, its release not run yet
     assert turns.waiting == 1
     old.close()
 
     async def take() -> str:
-        await asyncio.wait_for(turns.take(), timeout=5)
+        await asyncio.wait_for(turns.step(), timeout=5)
         return "taken"
 
     assert asyncio.run(take()) == "taken"
-    assert not abandoned.done()
+    assert not abandoned.done() and not first.done()
 
 
-def test_a_turn_waits_while_other_callbacks_are_ready() -> None:
-    """Callbacks that are ready (what the last poll found, a hit's handler) run before the
-    waiting step, even those queued after it asked for its turn."""
+def test_two_lanes_each_give_one_step_per_iteration() -> None:
+    """Lanes are independent: lookups and misses waiting at once each get a turn in the same
+    iteration, neither waits in line behind the other."""
 
-    async def scenario() -> list[str]:
-        loop = asyncio.get_running_loop()
-        turns = LoopTurns(max_deferral_s=60.0)
-        order: list[str] = []
-        waiting = asyncio.create_task(turns.take())
-        await asyncio.sleep(0)  # it has asked
-
-        def busy(left: int) -> None:
-            order.append(f"busy{left}")
-            if left:
-                loop.call_soon(busy, left - 1)
-
-        loop.call_soon(busy, 4)
-        await waiting
-        order.append("turn")
-        assert turns.deferred > 0
-        return order
-
-    assert asyncio.run(scenario()) == ["busy4", "busy3", "busy2", "busy1", "busy0", "turn"]
-
-
-def test_work_that_never_lets_up_still_leaves_a_turn_every_max_deferral() -> None:
-    async def scenario() -> tuple[int, float]:
-        loop = asyncio.get_running_loop()
-        turns = LoopTurns(max_deferral_s=0.01)
-        counter = IterationCounter(loop)  # always ready: the loop is never free
-        started = loop.time()
-        for _ in range(5):
-            await asyncio.wait_for(turns.take(), timeout=5)
-        elapsed = loop.time() - started
-        counter.stop()
-        return turns.granted, elapsed
-
-    granted, elapsed_s = asyncio.run(scenario())
-    assert granted == 5
-    assert elapsed_s >= 0.04  # four deferrals of 10 ms at least, after the first turn
-
-
-def test_without_deferral_a_turn_comes_the_next_iteration_whatever_else_is_ready() -> None:
-    """The store lane: spread one step per iteration, never held back behind ready work."""
-
-    async def scenario() -> tuple[int, int]:
-        turns = LoopTurns(max_deferral_s=0.0)
-        counter = IterationCounter(asyncio.get_running_loop())
-        before = counter.count
-        await turns.take()
-        waited = counter.count - before
-        counter.stop()
-        return waited, turns.deferred
-
-    waited, deferred = asyncio.run(scenario())
-    assert waited <= 2 and deferred == 0
-
-
-def test_lanes_do_not_give_way_to_each_others_releases() -> None:
-    """A lane's queued release is not work to give way to: two deferring lanes that waited for
-    each other's would each sit out max_deferral_s every turn."""
-
-    async def scenario() -> tuple[bool, bool]:
-        loop = asyncio.get_running_loop()
+    async def scenario() -> tuple[list[int], list[int]]:
         lookups, misses = LoopTurns(), LoopTurns()
-        work = loop.call_soon(lambda: None)  # keeps both lanes from their fast path
-        waiters = [asyncio.ensure_future(lane.take()) for lane in (lookups, misses)]
-        await asyncio.sleep(0)  # both wait, and both releases are queued
-        work.cancel()
-        only_releases = _others_ready(loop)
-        loop.call_soon(lambda: None)
-        with_work = _others_ready(loop)
-        await asyncio.gather(*waiters)
-        return only_releases, with_work
+        counter = IterationCounter(asyncio.get_running_loop())
+        seen: dict[str, list[int]] = {"lookup": [], "miss": []}
 
-    assert asyncio.run(scenario()) == (False, True)
+        async def step(lane: LoopTurns, name: str) -> None:
+            await lane.step()
+            seen[name].append(counter.count)
+
+        await asyncio.gather(
+            *(step(lookups, "lookup") for _ in range(4)), *(step(misses, "miss") for _ in range(4))
+        )
+        counter.stop()
+        return seen["lookup"], seen["miss"]
+
+    lookup_iterations, miss_iterations = asyncio.run(scenario())
+    assert lookup_iterations == miss_iterations, (lookup_iterations, miss_iterations)
+    assert len(set(lookup_iterations)) == 4
+
+
+def test_unpaced_steps_never_wait() -> None:
+    async def scenario() -> int:
+        counter = IterationCounter(asyncio.get_running_loop())
+        pacer = Unpaced()
+        for _ in range(10):
+            await pacer.step()
+        counter.stop()
+        return counter.count
+
+    assert asyncio.run(scenario()) == 0
