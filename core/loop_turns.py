@@ -110,6 +110,15 @@ class LoopTurns:
         loop.call_soon(self._release, loop)
 
 
+class NoLoopTurns(LoopTurns):
+    """Lanes that never space anything: `take()` returns at once, without yielding, as if the
+    step had no turn to take. For measuring what the turns are worth (bench/semantic_latency.py
+    --turns-ab), chosen once in create_app."""
+
+    async def take(self) -> None:
+        return
+
+
 def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether a callback other than a lane's own release is ready: two lanes with steps
     waiting would otherwise each see the other's release as work to give way to, and both sit
