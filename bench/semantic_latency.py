@@ -45,7 +45,6 @@ from bench.harness import (
 from core.clock import SystemClock
 from core.config import SemanticConfig, VerifyConfig
 from core.cpu_priority import become_idle_priority
-from core.loop_turns import LoopTurns
 from normalize.keys.fingerprint import fingerprint
 from normalize.keys.request import Route
 from normalize.meaning.guards import MeaningGuard
@@ -81,9 +80,7 @@ async def in_process(
     features = SemanticFeatureSource(config)
     await features.start()
     thresholds = ThresholdController(VerifyConfig(), config.threshold)
-    tier = SemanticTier(
-        config, MeaningGuard(config), thresholds, SystemClock(), CacheStats(), LoopTurns()
-    )
+    tier = SemanticTier(config, MeaningGuard(config), thresholds, SystemClock(), CacheStats())
     tier.set_dimension(features.dim)
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     partition = fingerprint(Route.CHAT, body, "bench", "").partition
@@ -228,75 +225,6 @@ def _semantic_load(url: str, texts: list[str], done: Any, go: Any, stop: Any, re
     asyncio.run(run())
 
 
-class _Target:
-    """One proxy process under test, its semantic load generator, and its windows so far."""
-
-    def __init__(self, name: str, argv: list[str], port: int, env: dict[str, str]) -> None:
-        self.name = name
-        self.proxy = ServerProcess("proxy", pinned(0, argv), port, env=env)
-        self.url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        self.metrics = f"http://127.0.0.1:{port}/metrics"
-        context = multiprocessing.get_context("spawn")
-        self.done, self.go, self.stop, self.report = (
-            context.Value("i", 0),
-            context.Event(),
-            context.Event(),
-            context.Queue(),
-        )
-        self.loader: Any = None
-        self.context = context
-        self.windows: dict[str, list[WrkResult]] = {"quiet": [], "loaded": []}
-        self.steal: dict[str, list[float]] = {"quiet": [], "loaded": []}
-        self.discarded: dict[str, list[tuple[float, float]]] = {"quiet": [], "loaded": []}
-        self.during: list[int] = []
-        self.outcomes: dict[str, int] = {}
-
-    def start_load(self, prompts: list[str]) -> None:
-        self.loader = self.context.Process(
-            target=_semantic_load,
-            args=(self.url, prompts, self.done, self.go, self.stop, self.report),
-            daemon=True,
-        )
-        self.loader.start()
-
-    async def end_load(self) -> None:
-        self.stop.set()
-        self.outcomes = await asyncio.to_thread(self.report.get, True, 120)
-        await asyncio.to_thread(self.loader.join, 60)
-
-    def close(self) -> None:
-        if self.loader is not None and self.loader.is_alive():
-            self.loader.kill()
-        self.proxy.stop()
-
-    def summary(self, max_steal: float) -> dict[str, Any]:
-        quiet, loaded = self.windows["quiet"], self.windows["loaded"]
-        quiet_p99 = statistics.median(r.p99_ms for r in quiet)
-        loaded_p99 = statistics.median(r.p99_ms for r in loaded)
-        return {
-            "exact_hit_p99_ms_quiet": quiet_p99,
-            "exact_hit_p99_ms_loaded": loaded_p99,
-            "exact_hit_p50_ms_quiet": statistics.median(r.p50_ms for r in quiet),
-            "exact_hit_p50_ms_loaded": statistics.median(r.p50_ms for r in loaded),
-            "loaded_over_quiet": loaded_p99 / quiet_p99,
-            "windows_p99_ms_quiet": [r.p99_ms for r in quiet],
-            "windows_p99_ms_loaded": [r.p99_ms for r in loaded],
-            # The share of CPU time the hypervisor took from this VM in each window: where it
-            # is more than a fraction of a percent, that window's p99 measures the neighbours.
-            "windows_steal_pct_quiet": [round(100 * x, 2) for x in self.steal["quiet"]],
-            "windows_steal_pct_loaded": [round(100 * x, 2) for x in self.steal["loaded"]],
-            # Windows measured again because of steal: (p99 ms, steal %) each.
-            "windows_discarded": self.discarded,
-            "max_steal_pct": 100 * max_steal,
-            "semantic_lookups_per_loaded_window": self.during,
-            "load_outcomes": self.outcomes,
-            "exact_hits_quiet_loaded": [
-                sum(r.requests for r in quiet),
-                sum(r.requests for r in loaded),
-            ],
-        }
-
-
 async def through_proxy(
     prompts: list[str],
     warm: list[str],
@@ -305,8 +233,7 @@ async def through_proxy(
     max_steal: float = 0.005,
     retries: int = 4,
     edge: bool = False,
-    variants: dict[str, dict[str, str]] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Any]:
     """Exact-hit latency measured by wrk (its own process, one connection), alone and while 32
     semantic lookups keep going, in `rounds` alternating windows: Banking77 prompts the cache
     has not seen, against a cache warmed with other Banking77 prompts, so some hit semantically
@@ -321,14 +248,8 @@ async def through_proxy(
     timed is not kept waiting for its own core by them (at nice 10 beside wrk they put up to a
     few milliseconds on its p99: the bench measured itself). With `edge`, the proxy runs in edge
     mode (`server.edge`: exact hits from a front process, the rest relayed to a worker process
-    at idle priority) over a Redis server of its own, which edge mode needs.
-
-    `variants` (name: extra environment) runs one proxy process per variant, side by side over
-    the same stub, each with a load generator of its own that asks the same prompts in the
-    same order; every round measures each in turn (quiet, then loaded), the order reversed
-    every other round, so a slow spell on the machine falls on both. Returns a summary per
-    variant (one, named "", by default)."""
-    stub_port = free_port()
+    at idle priority) over a Redis server of its own, which edge mode needs."""
+    stub_port, proxy_port = free_port(), free_port()
     # Like the stub: another machine's, so on core 1 and out of the way of wrk there.
     redis = RedisServer(prefix=pinned(1, idle_priority([]))) if edge else None
     extra: list[str] = []
@@ -336,88 +257,137 @@ async def through_proxy(
         redis.start()
         extra = ["--redis", redis.url]
     stub = ServerProcess("stub", pinned(1, idle_priority(stub_argv(stub_port))), stub_port)
-    targets: list[_Target] = []
-    for name, env in (variants or {"": {}}).items():
-        port = free_port()
-        argv = [PYTHON, "-m", "proxy.cli", "serve", "--port", str(port)]
-        argv += ["--upstream", f"http://127.0.0.1:{stub_port}/v1", *extra]
-        env = {
+    proxy = ServerProcess(
+        "proxy",
+        pinned(
+            0,
+            [
+                PYTHON,
+                "-m",
+                "proxy.cli",
+                "serve",
+                "--port",
+                str(proxy_port),
+                "--upstream",
+                f"http://127.0.0.1:{stub_port}/v1",
+                *extra,
+            ],
+        ),
+        proxy_port,
+        env={
             "DEJA_CACHE__TENANT_SECRET": "bench",
             "DEJA_SERVER__ACCESS_LOG": "false",
             "DEJA_SERVER__EDGE": "true" if edge else "false",
-            **env,
-        }
-        targets.append(_Target(name, argv, port, env))
+        },
+    )
+    url = f"http://127.0.0.1:{proxy_port}/v1/chat/completions"
     exact = {
         "model": "m",
         "messages": [{"role": "user", "content": "What is the exchange rate for a card payment?"}],
     }
     script = wrk_post_script(json.dumps(exact).encode())
+    context = multiprocessing.get_context("spawn")
+    done, go, stop, report = (
+        context.Value("i", 0),
+        context.Event(),
+        context.Event(),
+        context.Queue(),
+    )
+    loader = context.Process(
+        target=_semantic_load, args=(url, prompts, done, go, stop, report), daemon=True
+    )
     try:
-        for target in targets:
-            target.proxy.wait_ready("/readyz", timeout_s=300)
+        proxy.wait_ready("/readyz", timeout_s=300)
         stub.wait_ready("/v1/models", timeout_s=30)
         async with aiohttp.ClientSession() as session:
 
-            async def ask(url: str, body: dict[str, Any]) -> str:
+            async def ask(body: dict[str, Any]) -> str:
                 async with session.post(url, json=body) as response:
                     await response.read()
                     return response.headers.get("X-Deja-Cache", "")
 
             if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
                 os.sched_setaffinity(0, {1})
+            warming = list(warm)
 
-            async def warm_up(url: str, warming: list[str]) -> None:
+            async def warm_up() -> None:
                 while warming:
-                    text = warming.pop()
-                    await ask(url, {"model": "m", "messages": [{"role": "user", "content": text}]})
+                    await ask(
+                        {"model": "m", "messages": [{"role": "user", "content": warming.pop()}]}
+                    )
 
-            for target in targets:
-                warming = list(warm)
-                await asyncio.gather(*(warm_up(target.url, warming) for _ in range(32)))
-                await ask(target.url, exact)
-                assert await ask(target.url, exact) == "hit"
-                target.start_load(prompts)
+            await asyncio.gather(*(warm_up() for _ in range(32)))
+            await ask(exact)
+            assert await ask(exact) == "hit"
+            metrics = f"http://127.0.0.1:{proxy_port}/metrics"
+            loader.start()
+            quiet: list[WrkResult] = []
+            loaded: list[WrkResult] = []
+            during: list[int] = []
+            steal_quiet: list[float] = []
+            steal_loaded: list[float] = []
+            discarded: dict[str, list[tuple[float, float]]] = {"quiet": [], "loaded": []}
 
-            async def window(target: _Target, kind: str) -> tuple[WrkResult, int]:
+            async def window(kind: str, steal: list[float]) -> tuple[WrkResult, int]:
                 """One wrk window and the semantic lookups done during it, measured again (up
                 to `retries` times) while the hypervisor took more than `max_steal` of the
                 CPUs: such a window times the neighbours, not Deja."""
 
                 async def measure() -> tuple[WrkResult, int]:
-                    before = target.done.value
-                    result = await asyncio.to_thread(run_wrk, target.url, script, 1, duration_s, 1)
-                    return result, target.done.value - before
+                    before = done.value
+                    result = await asyncio.to_thread(run_wrk, url, script, 1, duration_s, 1)
+                    return result, done.value - before
 
                 kept, share, dropped = await with_little_steal(measure, max_steal, retries)
-                target.steal[kind].append(share)
-                target.windows[kind].append(kept[0])
-                target.discarded[kind].extend(
-                    (r.p99_ms, round(100 * s, 2)) for (r, _), s in dropped
-                )
+                steal.append(share)
+                discarded[kind].extend((r.p99_ms, round(100 * s, 2)) for (r, _), s in dropped)
                 return kept
 
-            for round_index in range(rounds):
-                for target in targets if round_index % 2 == 0 else targets[::-1]:
-                    # The warm-up's answers, and those stored in the last loaded window (of
-                    # any proxy), are being embedded in the background: a quiet window waits
-                    # until that is done.
-                    for each in targets:
-                        await until_workers_idle(session, each.metrics)
-                    await window(target, "quiet")
-                    target.go.set()
-                    await asyncio.sleep(1.0)
-                    target.during.append((await window(target, "loaded"))[1])
-                    target.go.clear()
-            for target in targets:
-                await target.end_load()
+            for _ in range(rounds):
+                # The warm-up's answers, and those stored in the last loaded window, are being
+                # embedded in the background: a quiet window waits until that is done.
+                await until_workers_idle(session, metrics)
+                quiet.append((await window("quiet", steal_quiet))[0])
+                go.set()
+                await asyncio.sleep(1.0)
+                result, lookups = await window("loaded", steal_loaded)
+                loaded.append(result)
+                during.append(lookups)
+                go.clear()
+            stop.set()
+            outcomes = await asyncio.to_thread(report.get, True, 120)
+            await asyncio.to_thread(loader.join, 60)
     finally:
-        for target in targets:
-            target.close()
+        if loader.is_alive():
+            loader.kill()
+        proxy.stop()
         stub.stop()
         if redis is not None:
             redis.close()
-    return {target.name: target.summary(max_steal) for target in targets}
+    quiet_p99 = statistics.median(r.p99_ms for r in quiet)
+    loaded_p99 = statistics.median(r.p99_ms for r in loaded)
+    return {
+        "exact_hit_p99_ms_quiet": quiet_p99,
+        "exact_hit_p99_ms_loaded": loaded_p99,
+        "exact_hit_p50_ms_quiet": statistics.median(r.p50_ms for r in quiet),
+        "exact_hit_p50_ms_loaded": statistics.median(r.p50_ms for r in loaded),
+        "loaded_over_quiet": loaded_p99 / quiet_p99,
+        "windows_p99_ms_quiet": [r.p99_ms for r in quiet],
+        "windows_p99_ms_loaded": [r.p99_ms for r in loaded],
+        # The share of CPU time the hypervisor took from this VM in each window: where it is
+        # more than a fraction of a percent, that window's p99 measures the neighbours.
+        "windows_steal_pct_quiet": [round(100 * x, 2) for x in steal_quiet],
+        "windows_steal_pct_loaded": [round(100 * x, 2) for x in steal_loaded],
+        # Windows measured again because of steal: (p99 ms, steal %) each.
+        "windows_discarded": discarded,
+        "max_steal_pct": 100 * max_steal,
+        "semantic_lookups_per_loaded_window": during,
+        "load_outcomes": outcomes,
+        "exact_hits_quiet_loaded": [
+            sum(r.requests for r in quiet),
+            sum(r.requests for r in loaded),
+        ],
+    }
 
 
 def main() -> None:
@@ -436,18 +406,9 @@ def main() -> None:
         "measured again",
     )
     parser.add_argument("--retries", type=int, default=4, help="how many times, at most")
-    parser.add_argument(
-        "--turns-ab",
-        action="store_true",
-        help="only the one-process measurement, with event-loop turns (core/loop_turns.py) on "
-        "and off: two proxies side by side, measured in turn in the same rounds",
-    )
     args = parser.parse_args()
     prompts = load_prompts(args.prompts)
     index = load_prompts(args.index, skip=args.prompts)
-    if args.turns_ab:
-        turns_ab(args, index, load_prompts(None, skip=args.prompts + args.index))
-        return
     part1 = asyncio.run(in_process(prompts, index, args.max_steal_pct / 100, args.retries))
     # The semantic load gets every Banking77 prompt neither part has used.
     unseen = load_prompts(None, skip=args.prompts + args.index)
@@ -455,7 +416,7 @@ def main() -> None:
         through_proxy(
             unseen, index, args.duration_s, args.rounds, args.max_steal_pct / 100, args.retries
         )
-    )[""]
+    )
     part3 = asyncio.run(
         through_proxy(
             unseen,
@@ -466,7 +427,7 @@ def main() -> None:
             args.retries,
             edge=True,
         )
-    )[""]
+    )
     rows = [
         [
             "semantic path p50 / bare encode p50",
@@ -516,51 +477,6 @@ def main() -> None:
         {"in_process": part1, "through_proxy": part2, "through_proxy_edge": part3},
     )
     print(f"\nwrote {path}")
-
-
-def turns_ab(args: argparse.Namespace, index: list[str], unseen: list[str]) -> None:
-    """Exact-hit p99 through one proxy process with event-loop turns and through one without
-    (DEJA_BENCH_LOOP_TURNS_OFF, read by proxy/cli.py), in the same rounds."""
-    variants = {"turns on": {}, "turns off": {"DEJA_BENCH_LOOP_TURNS_OFF": "1"}}
-    parts = asyncio.run(
-        through_proxy(
-            unseen,
-            index,
-            args.duration_s,
-            args.rounds,
-            args.max_steal_pct / 100,
-            args.retries,
-            variants=variants,
-        )
-    )
-    rows = []
-    for name, part in parts.items():
-        for kind in ("quiet", "loaded"):
-            windows = " ".join(f"{p99:.2f}" for p99 in part[f"windows_p99_ms_{kind}"])
-            steal = " ".join(f"{share:g}" for share in part[f"windows_steal_pct_{kind}"])
-            rows.append(
-                [f"{name}, {kind}", f"{part[f'exact_hit_p99_ms_{kind}']:.2f} ms", windows, steal]
-            )
-        rows.append([f"{name}, loaded / quiet", f"{part['loaded_over_quiet']:.2f}", "", ""])
-    on, off = parts["turns on"], parts["turns off"]
-    for kind in ("quiet", "loaded"):
-        ratio = on[f"exact_hit_p99_ms_{kind}"] / off[f"exact_hit_p99_ms_{kind}"]
-        rows.append([f"turns on / off, {kind}", f"{ratio:.2f}", "", ""])
-    rows.append(
-        [
-            "semantic lookups per loaded window, on / off (medians)",
-            f"{statistics.median(on['semantic_lookups_per_loaded_window']):.0f} / "
-            f"{statistics.median(off['semantic_lookups_per_loaded_window']):.0f}",
-            "",
-            "",
-        ]
-    )
-    print_table(
-        f"Exact-hit p99 with and without event-loop turns, one process ({args.rounds} rounds)",
-        ["measure", "median p99", "each window's p99 (ms)", "each window's steal (%)"],
-        rows,
-    )
-    print(f"\nwrote {write_json('semantic_latency_turns', parts)}")
 
 
 def steal_note(part: dict[str, Any]) -> str:

@@ -125,10 +125,7 @@ def _serve(config: DejaConfig, log_level: str) -> int:
     from proxy.composition.app import create_app
 
     _set_up_process(log_level)
-    # Hidden, for bench/semantic_latency.py --turns-ab: the same proxy without event-loop turns.
-    turns_off = os.environ.get("DEJA_BENCH_LOOP_TURNS_OFF") == "1"
-    app = create_app(config, loop_turns_off=turns_off)
-    _run(app, config, host=config.server.host, port=config.server.port)
+    _run(create_app(config), config, host=config.server.host, port=config.server.port)
     return 0
 
 

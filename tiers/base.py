@@ -201,10 +201,9 @@ class PartitionIndex(Protocol[PartT]):
 
     Ids are the caller's, and each is added once: adding an id that is held, or one removed
     before, is not supported (the semantic tier takes a new id for every vector). The vectors
-    may sit in several parts; a caller on the event loop searches them a part at a time and
-    merges the results with `tiers.semantic.vector_index.best_of`, one off the loop calls
-    `search`. When `wants_rebuild()` says so, the caller runs `rebuild()` (blocking) in a worker
-    thread; every other method may be called meanwhile.
+    may sit in several parts (`parts`, `search_part`); `search` merges every part's results with
+    `tiers.semantic.vector_index.best_of`. When `wants_rebuild()` says so, the caller runs
+    `rebuild()` (blocking) in a worker thread; every other method may be called meanwhile.
     """
 
     def __len__(self) -> int:

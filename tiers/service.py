@@ -21,7 +21,6 @@ import numpy as np
 
 from core.clock import Clock
 from core.errors import TierUnavailable
-from core.loop_turns import LoopTurns
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures
 from tiers.base import (
@@ -56,7 +55,6 @@ class CacheService:
         stats: CacheStats,
         semantic: SemanticIndex | None = None,
         replication: Replication | None = None,
-        turns: LoopTurns | None = None,
     ) -> None:
         self._tiers = list(tiers)
         first = self._tiers[0] if self._tiers else None
@@ -65,9 +63,6 @@ class CacheService:
         self._stats = stats
         self._semantic: SemanticIndex = semantic or NullSemanticIndex()
         self._replication: Replication = replication or NoReplication()
-        # The proxy's lookup lane, shared with the semantic tier (create_app passes it); a
-        # service built alone, in a test, has one of its own.
-        self._turns = turns or LoopTurns()
 
     def replicate_through(self, replication: Replication) -> None:
         """Tell other replicas about every change from now on (set once Redis is wired)."""
@@ -107,9 +102,6 @@ class CacheService:
         if hit is not None or not features.semantic_allowed():
             return LookupOutcome(hit, stale)
         analysis = await features.analysis()
-        # The features of a whole batch of lookups arrive in one loop iteration; what each
-        # does with them waits for a turn of its own (core/loop_turns.py).
-        await self._turns.take()
         if analysis is not None and analysis.lemma_key is not None:
             key = analysis.lemma_key
             hit, lemma_stale = self._memory_lookup(request, key, MatchKind.LEMMA, now, max_age_s)

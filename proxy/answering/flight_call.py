@@ -15,7 +15,6 @@ from typing import Any
 
 import orjson
 
-from core.loop_turns import LoopTurns
 from core.tracing import NoopTracer, StageTracer
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures
@@ -52,16 +51,12 @@ class UpstreamCaller:
         service: CacheService,
         entries: EntryBuilder,
         stats: CacheStats,
-        store_turns: LoopTurns,
-        upstream_turns: LoopTurns,
         store_rule: StoreRule,
         tracer: StageTracer | None = None,
     ) -> None:
         self._gate = gate
         self._rule = store_rule
         self._tracer = tracer or NoopTracer()
-        self._store_turns = store_turns
-        self._upstream_turns = upstream_turns
         self._service = service
         self._entries = entries
         self._stats = stats
@@ -70,10 +65,6 @@ class UpstreamCaller:
         """The body of a flight's task (see FlightRegistry.start)."""
         with self._tracer.span("deja.upstream", {"deja.stream": flight.stream}) as span:
             async with self._gate.admitted() as slot:
-                # Building and sending the upstream request is a step of the miss's own: it
-                # waits for a turn, so that the hits that are ready go first
-                # (core/loop_turns.py).
-                await self._upstream_turns.take()
                 response = await self._gate.open(plan.upstream, slot)
                 if plan.plain_upstream is not None and response.status in (400, 422):
                     # Some upstreams refuse logprobs (or refuse them with tools): ask as the
@@ -111,7 +102,6 @@ class UpstreamCaller:
         ok = 200 <= response.status < 300
         if not ok or not flight.stream:
             raw = await response.read()
-            await self._upstream_turns.take()  # parsing a long answer is a step of its own
             obj = _json_object(raw)
             flight.publish(FlightBody(raw, obj))
             if not ok or obj is None:
@@ -179,11 +169,8 @@ class UpstreamCaller:
         ttl_cap_s: float | None,
         strip_logprobs: bool,
     ) -> None:
-        # The waiters have their answer; storing is background work, spread out: one store
-        # step per loop iteration (core/loop_turns.py), before building the entry and again
-        # before writing it.
+        # The waiters have their answer; storing is background work.
         with self._tracer.span("deja.store", {"deja.entry": entry_id}):
-            await self._store_turns.take()
             entry = await self._entries.build(
                 entry_id,
                 request,
@@ -195,7 +182,6 @@ class UpstreamCaller:
             if entry is None:
                 self._stats.not_stored["too_large"] += 1
                 return
-            await self._store_turns.take()
             await self._service.store(entry)
             answer = await self._entries.answer_vector(entry, completion)
             if answer is not None:

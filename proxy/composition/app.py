@@ -26,7 +26,6 @@ from aiohttp import web
 from core.clock import Clock, SystemClock
 from core.config import DejaConfig
 from core.errors import TierUnavailable
-from core.loop_turns import MAX_DEFERRAL_S, LoopTurns, NoLoopTurns
 from fallback.breaker import AlwaysClosedBreaker, Breaker, CircuitBreaker
 from fallback.degrade import Degrader
 from normalize.keys.screen import PromptScreen
@@ -82,20 +81,17 @@ def create_app(
     *,
     edge_worker: bool = False,
     span_exporter: SpanExporter | None = None,
-    loop_turns_off: bool = False,
 ) -> web.Application:
     """The whole proxy. With `edge_worker`, as edge mode's worker (proxy/edge/front.py): it also
     takes the front's reports, and stops when the front is gone. `span_exporter` (tests) takes
-    every span as it ends, whatever `telemetry.traces` says. `loop_turns_off` (the bench's
-    --turns-ab) makes every lane of core/loop_turns.py one that never waits."""
+    every span as it ends, whatever `telemetry.traces` says."""
     clock = clock or SystemClock()
     if not config.cache.tenant_secret:
         _log.warning(
             "cache.tenant_secret is empty: using the development secret; set one in production"
         )
     stats = CacheStats()
-    lane: type[LoopTurns] = NoLoopTurns if loop_turns_off else LoopTurns
-    deja = _build_core(config, clock, stats, span_exporter, lane)
+    deja = _build_core(config, clock, stats, span_exporter)
     if not config.admin.token:
         deja.served = ServedRequests(capacity=0)
     features: FeatureSource = deja.features if deja.features is not None else NoFeatureSource()
@@ -120,8 +116,6 @@ def create_app(
             deja.service,
             deja.entries,
             stats,
-            deja.store_turns,
-            deja.upstream_turns,
             store_rule,
             deja.telemetry.tracer,
         ),
@@ -130,12 +124,11 @@ def create_app(
         served=deja.served,
         clock=clock,
         stats=stats,
-        turns=deja.upstream_turns,
         hits=HitWriter(config.pricing, deja.served, clock, stats),
         tracer=deja.telemetry.tracer,
     )
     access_log = AccessLog(sys.stderr.buffer) if config.server.access_log else NoAccessLog()
-    deja.ledger = RequestLedger(deja.telemetry, access_log, turns=lane(MAX_DEFERRAL_S))
+    deja.ledger = RequestLedger(deja.telemetry, access_log)
     app = web.Application(client_max_size=config.server.max_passthrough_bytes)
     app[DEJA] = deja
     app.cleanup_ctx.append(_lifecycle)
@@ -172,11 +165,7 @@ async def _track(deja: Deja, job: Coroutine[Any, Any, None], name: str) -> None:
 
 
 def _build_core(
-    config: DejaConfig,
-    clock: Clock,
-    stats: CacheStats,
-    span_exporter: SpanExporter | None,
-    lane: type[LoopTurns],
+    config: DejaConfig, clock: Clock, stats: CacheStats, span_exporter: SpanExporter | None
 ) -> Deja:
     """The tiers, the cache service and the upstream side."""
     local: list[CacheTier] = []
@@ -189,9 +178,6 @@ def _build_core(
     thresholds = ThresholdController(config.verify, config.semantic.threshold)
     ttl = TtlPolicy(config.ttl)
     features = semantic = None
-    # Every step of a lookup past the exact tiers takes a turn from this one, which lets other
-    # ready work go first (see its module).
-    lookup_turns = lane(MAX_DEFERRAL_S)
     if config.semantic.enabled:
         # Imported here: spaCy, torch and FAISS are heavy, and a deployment without the
         # semantic tier should not pay for them.
@@ -201,9 +187,9 @@ def _build_core(
 
         features = SemanticFeatureSource(config.semantic)
         semantic = SemanticTier(
-            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats, lookup_turns
+            config.semantic, MeaningGuard(config.semantic), thresholds, clock, stats
         )
-    service = CacheService(tiers, clock, stats, semantic, turns=lookup_turns)
+    service = CacheService(tiers, clock, stats, semantic)
     replication = None
     if redis is not None and redis_tier is not None:
         replication = StreamReplication(redis, redis_tier, config.redis, local, service.semantic)
@@ -233,9 +219,6 @@ def _build_core(
         semantic=semantic,
         features=features,
         thresholds=thresholds,
-        lookup_turns=lookup_turns,
-        store_turns=lane(0.0),
-        upstream_turns=lane(MAX_DEFERRAL_S),
     )
     return deja
 

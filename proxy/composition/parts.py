@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from core.clock import Clock
 from core.config import DejaConfig, SemanticConfig, VerifyConfig
-from core.loop_turns import LoopTurns
 from fallback.breaker import Breaker
 from proxy.answering.admission import AdmissionControl
 from proxy.answering.entry_builder import EntryBuilder
@@ -56,14 +55,6 @@ class Deja:
     thresholds: ThresholdController = field(
         default_factory=lambda: ThresholdController(VerifyConfig(), SemanticConfig().threshold)
     )
-    lookup_turns: LoopTurns = field(default_factory=LoopTurns)
-    # Storing a miss's answer is spread out one step per loop iteration, but never waits behind
-    # other ready work: a client that repeats its question at once should find it stored.
-    store_turns: LoopTurns = field(default_factory=lambda: LoopTurns(max_deferral_s=0.0))
-    # A miss's own steps on the loop (sending it upstream, parsing a whole answer, writing it
-    # to the client) give way to ready work like the lookups, in a lane of their own: a miss
-    # waits for a model anyway, and at most `max_deferral_s` more under a flood of hits.
-    upstream_turns: LoopTurns = field(default_factory=LoopTurns)
     verifier: Verifier | None = None
     served: ServedRequests = field(default_factory=ServedRequests)
     ledger: RequestLedger | None = None  # set by create_app
@@ -81,11 +72,6 @@ class Deja:
             "breaker_trips": self.breaker.snapshot().trips,
             "hit_rate": self.stats.hit_rate(),
             "ready": 1.0 if self.ready else 0.0,
-            "lookup_turns_waiting": self.lookup_turns.waiting,
-            "lookup_turns_granted": self.lookup_turns.granted,
-            "lookup_turns_deferred": self.lookup_turns.deferred,
-            "store_turns_waiting": self.store_turns.waiting,
-            "upstream_turns_waiting": self.upstream_turns.waiting,
         }
         if self.lru is not None:
             g["lru_k_bytes"] = self.lru.bytes_used

@@ -17,7 +17,6 @@ from core.clock import Clock
 from core.config import CacheConfig, UpstreamConfig
 from core.errors import DejaError
 from core.ids import IdSequence
-from core.loop_turns import LoopTurns
 from core.tracing import NoopTracer, StageTracer
 from fallback.degrade import Degrader
 from normalize.keys.request import CacheRequest, Route
@@ -55,14 +54,12 @@ class CompletionHandler:
         served: ServedRequests,
         clock: Clock,
         stats: CacheStats,
-        turns: LoopTurns,
         hits: HitWriter,
         tracer: StageTracer | None = None,
     ) -> None:
         self._tracer = tracer or NoopTracer()
         self._cache = cache
         self._upstream = upstream
-        self._turns = turns
         self._reader = reader
         self._service = service
         self._flights = flights
@@ -118,7 +115,7 @@ class CompletionHandler:
             return await self._serve_degraded(request, ctx, read, outcome, looked_up, error)
 
         with flight.attendance():
-            return await FlightWriter(request, ctx, creq, flight, degrade, self._turns).write()
+            return await FlightWriter(request, ctx, creq, flight, degrade).write()
 
     async def _serve_hit(
         self, request: web.Request, ctx: RequestContext, read: ReadRequest, lookup: Lookup

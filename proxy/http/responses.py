@@ -10,7 +10,6 @@ from aiohttp import web
 
 from core.errors import BreakerOpen, DejaError, RateLimited, UpstreamError, UpstreamProtocolError
 from core.ids import IdSequence
-from core.loop_turns import LoopTurns
 from normalize.keys.request import CacheRequest, Route
 from proxy.answering.entry_builder import without_logprobs
 from proxy.answering.flights import (
@@ -108,9 +107,7 @@ class FlightWriter:
         creq: CacheRequest,
         flight: Flight,
         degrade: Degrader,
-        turns: LoopTurns,
     ) -> None:
-        self._turns = turns
         self._request = request
         self._ctx = ctx
         self._creq = creq
@@ -141,9 +138,6 @@ class FlightWriter:
             return await self._failed(
                 UpstreamProtocolError("the upstream's answer was incomplete or not JSON")
             )
-        # Writing a whole answer is one of the miss's steps that can wait for a turn (ready
-        # hits go first); a live stream is not held up.
-        await self._turns.take()
         if isinstance(terminal, FlightBody) and not self._creq.stream and not self._added_logprobs:
             # The upstream's own bytes, untouched.
             return self._relay(first, terminal.raw)

@@ -25,7 +25,6 @@ import pytest
 from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
 from core.errors import CorruptEntry
-from core.loop_turns import LoopTurns
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.signature import Analysis, MeaningSignature
 from tests.support.entries import TAG, make_entry
@@ -101,7 +100,6 @@ def build_tier(variant: str, **overrides: Any) -> SemanticTier:
         ThresholdController(VerifyConfig(), config.threshold),
         ManualClock(wall_start_s=NOW_S),
         CacheStats(),
-        LoopTurns(),
     )
     tier.set_dimension(DIM)
     return tier

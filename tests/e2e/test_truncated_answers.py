@@ -265,11 +265,9 @@ async def test_warm_up_lines_follow_the_same_rule(
 def caller_of(proxy: RunningProxy, rule: StoreRule) -> UpstreamCaller:
     """An UpstreamCaller over the proxy's own parts, as create_app builds the one behind both
     misses and verification."""
-    deja = proxy.composition.app[DEJA]
+    deja = proxy.app[DEJA]
     gate = UpstreamGate(deja.upstream, deja.breaker, deja.admission)
-    return UpstreamCaller(
-        gate, deja.service, deja.entries, deja.stats, deja.store_turns, deja.upstream_turns, rule
-    )
+    return UpstreamCaller(gate, deja.service, deja.entries, deja.stats, rule)
 
 
 @pytest.mark.parametrize(
@@ -291,7 +289,7 @@ async def test_a_verifications_fresh_answer_follows_the_same_rule(
     proxy = await proxy_factory(**admin_sections())
     client = Client(aiohttp.ClientSession(), proxy)
     sessions.append(client)
-    config = proxy.composition.app[DEJA].config
+    config = proxy.app[DEJA].config
     anonymous = CredentialRule(config.proxy, config.cache).tenant(())  # the ask below has none
     body = {"model": "m", "messages": [{"role": "user", "content": QUESTION}]}
     request = fingerprint(Route.CHAT, body, anonymous, "")

@@ -15,7 +15,6 @@ import pytest
 
 from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
-from core.loop_turns import LoopTurns
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.runtime.embedder import Embedder
@@ -44,7 +43,6 @@ class Fixture:
             ThresholdController(VerifyConfig(), self.config.threshold),
             ManualClock(wall_start_s=1_700_001_010.0),
             self.stats,
-            LoopTurns(),
         )
         self.tier.set_dimension(384)
 

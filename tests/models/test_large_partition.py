@@ -7,7 +7,6 @@ import numpy as np
 
 from core.clock import ManualClock
 from core.config import SemanticConfig, VerifyConfig
-from core.loop_turns import LoopTurns
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.runtime.embedder import Embedder
@@ -27,7 +26,6 @@ async def test_a_large_partition_finds_the_paraphrase_and_refuses_the_negation(
         ThresholdController(VerifyConfig(), config.threshold),
         ManualClock(wall_start_s=1_700_001_010.0),
         CacheStats(),
-        LoopTurns(),
     )
     tier.set_dimension(384)
     filler_analysis = analyzer.analyze("What is the weather like today?").to_wire()

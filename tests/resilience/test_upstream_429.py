@@ -151,7 +151,7 @@ async def test_the_wait_leaves_the_admission_slot_to_others(
     proxy = await proxy_factory(
         upstream={"max_concurrent": 1, "retry_backoff_s": 0.6, "retry_backoff_max_s": 0.6}
     )
-    admission = proxy.composition.app[DEJA].admission
+    admission = proxy.app[DEJA].admission
     async with aiohttp.ClientSession() as s:
         waiting = asyncio.create_task(ask(s, proxy.url(""), "First, then told to wait?"))
         await asyncio.sleep(0.15)  # its first attempt was answered; it waits for 0.3-0.6 s

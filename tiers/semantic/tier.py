@@ -33,14 +33,13 @@ import numpy as np
 from core.clock import Clock
 from core.config import SemanticConfig
 from core.errors import CorruptEntry
-from core.loop_turns import LoopTurns
-from normalize.meaning.guards import GuardVerdict, MeaningGuard
+from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, PartitionIndex
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.faiss_thread import FaissThread
 from tiers.semantic.protocol import SemanticCandidate
-from tiers.semantic.vector_index import VectorIndex, best_of
+from tiers.semantic.vector_index import VectorIndex
 from tiers.stats import CacheStats
 
 _log = logging.getLogger("deja.semantic")
@@ -73,10 +72,8 @@ class SemanticTier:
         thresholds: ThresholdController,
         clock: Clock,
         stats: CacheStats,
-        turns: LoopTurns,
     ):
         self._config = config
-        self._turns = turns
         self._dim = 0  # known once the embedding model is loaded (set_dimension)
         self._guard = guard
         self._thresholds = thresholds
@@ -123,9 +120,6 @@ class SemanticTier:
         if index is None:
             return []
         relaxed = threshold_override is not None
-        # The search, and each guard check after it, is a fraction of a millisecond of Python;
-        # each takes a loop turn of its own, so that exact hits are served in between.
-        await self._turns.take()
         live = await self._neighbours(index, vector, relaxed)
         for item, similarity in live:
             threshold = (
@@ -135,10 +129,10 @@ class SemanticTier:
             )
             if similarity < threshold:
                 continue
-            if not await self._same_question(query, item):
+            if not self._same_question(query, item):
                 continue
             # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
-            if await self._contradicted(query, item, similarity, live):
+            if self._contradicted(query, item, similarity, live):
                 self._stats.guard_rejections["answers"] += 1
                 return []
             self._recency.move_to_end(item.entry_id)
@@ -158,7 +152,7 @@ class SemanticTier:
         if own is None:
             return False
         similarity = float(np.dot(vector, own))
-        if await self._contradicted(query, item, similarity, await self._neighbours(index, vector)):
+        if self._contradicted(query, item, similarity, await self._neighbours(index, vector)):
             self._stats.guard_rejections["answers"] += 1
             return True
         return False
@@ -172,13 +166,7 @@ class SemanticTier:
         if len(index) >= OFF_LOOP_MIN_VECTORS:
             found = await self._search_thread.run(index.search, vector, k)
         else:
-            # A part at a time (about 60 µs each), each after the first in a turn of its own.
-            parts = index.parts()
-            results = [index.search_part(parts[0], vector, k)] if parts else []
-            for part in parts[1:]:
-                await self._turns.take()
-                results.append(index.search_part(part, vector, k))
-            found = best_of(results, k)
+            found = index.search(vector, k)
         now = self._clock.time()
         return [
             (item, similarity)
@@ -189,22 +177,13 @@ class SemanticTier:
             if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
         ]
 
-    async def _same_question(self, query: Analysis, item: _Indexed) -> bool:
-        verdict = await self._guards(query, item.analysis)
+    def _same_question(self, query: Analysis, item: _Indexed) -> bool:
+        verdict = self._guard.compare(query, item.analysis)
         if not verdict.agree:
             self._stats.guard_rejections[verdict.reason.split(":")[0].split(" ")[0]] += 1
         return verdict.agree
 
-    async def _guards(self, query: Analysis, cached: Analysis) -> GuardVerdict:
-        """The guards' verdict, each of their parts in a loop turn of its own."""
-        parts = self._guard.stepwise(query, cached)
-        while True:
-            await self._turns.take()
-            verdict = next(parts)
-            if verdict is not None:
-                return verdict
-
-    async def _contradicted(
+    def _contradicted(
         self,
         query: Analysis,
         best: _Indexed,
@@ -224,7 +203,7 @@ class SemanticTier:
                 break  # best first: the rest are further away still
             if self._thresholds.answers_agree(float(np.dot(best.answer, other.answer))):
                 continue
-            if (await self._guards(query, other.analysis)).agree:
+            if self._guard.compare(query, other.analysis).agree:
                 return True
         return False
 
