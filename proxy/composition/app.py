@@ -35,10 +35,10 @@ from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.admin_routes import AdminRoutes, AdminViews
 from proxy.http.completions import CompletionHandler
+from proxy.http.frame import RequestFrame
 from proxy.http.health_routes import HealthRoutes
 from proxy.http.hit_writer import HitWriter
 from proxy.http.openai_routes import OpenAIRoutes
-from proxy.http.request_frame import RequestFrame
 from proxy.http.request_reader import RequestReader
 from proxy.protocol.request_parser import RequestParser
 

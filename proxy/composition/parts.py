@@ -42,7 +42,7 @@ from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.client_auth import ClientAuth
-from proxy.http.request_ledger import AccessLogWriter, RequestLedger
+from proxy.http.finished_requests import AccessLogWriter, RequestLedger
 from proxy.http.telemetry import Telemetry, build_tracer
 from proxy.protocol.credentials import CredentialRule
 from proxy.upstream.aiohttp_transport import AiohttpTransport

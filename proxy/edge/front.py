@@ -32,9 +32,9 @@ from normalize.keys.request import Route
 from proxy.edge.report import EdgeReport
 from proxy.edge.worker_link import WorkerLink
 from proxy.http.body import read_body
+from proxy.http.finished_requests import RequestLedger
 from proxy.http.hit_writer import HitWriter, describe_lookup
 from proxy.http.request_context import CONTEXT, RequestContext
-from proxy.http.request_ledger import RequestLedger
 from proxy.http.request_reader import RequestReader
 from tiers.service import CacheService
 

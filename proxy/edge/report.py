@@ -2,8 +2,8 @@
 
 The front (proxy/edge/front.py) answers exact hits without asking the worker, yet the worker's
 `/metrics`, `/admin/v1/stats` and feedback by request id must know of them. The front's own
-request ledger (proxy/http/request_ledger.py) writes its access log lines and observes each request
-here, off the hits' path; the served records and the hit counters are kept here too. Every
+request ledger (proxy/http/finished_requests.py) writes its access log lines and observes each
+request here, off the hits' path; the served records and the hit counters are kept here too. Every
 `interval_s`, and before the front relays a request that reads them (an admin call, a scrape),
 they go to the worker's internal route in one small JSON document: request durations grouped by
 their metric labels, not whole request records (at 4,000 hits a second, whole records cost 17 µs
@@ -27,7 +27,7 @@ from core.errors import WorkerUnavailable
 from core.recorder import CacheRecorder, ServedCounts
 from proxy.answering.feedback import ServedRecord, ServedRequests
 from proxy.edge.worker_link import WorkerLink
-from proxy.http.request_ledger import RequestObserver
+from proxy.http.finished_requests import RequestObserver
 from tiers.base import MatchKind
 
 REPORT_PATH = "/internal/v1/edge-report"

@@ -33,7 +33,7 @@ from proxy.answering.feedback import FeedbackService, ServedRequests
 from proxy.answering.warmup import NotReadyForWarmUp, WarmUp
 from proxy.http.admin_openapi import admin_openapi
 from proxy.http.client_auth import ClientAuth, bearer_token
-from proxy.http.request_frame import RequestFrame
+from proxy.http.frame import RequestFrame
 from proxy.protocol.credentials import CredentialRule
 from proxy.protocol.request_parser import parse_json_object
 from tiers.base import Entry, Invalidation

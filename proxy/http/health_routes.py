@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.http.request_frame import RequestFrame
-from proxy.http.request_ledger import RequestLedger
+from proxy.http.finished_requests import RequestLedger
+from proxy.http.frame import RequestFrame
 from proxy.http.telemetry import Telemetry
 
 ReadinessReport = Callable[[], tuple[bool, dict[str, Any]]]

@@ -16,8 +16,8 @@ from core.errors import BodyTooLarge
 from normalize.keys.request import Route
 from proxy.http.client_auth import ClientAuth
 from proxy.http.completions import CompletionHandler
+from proxy.http.frame import RequestFrame
 from proxy.http.request_context import CONTEXT, CacheOutcome
-from proxy.http.request_frame import RequestFrame
 from proxy.upstream.client import UpstreamClient, UpstreamRequest
 
 # The client's credentials go upstream as ClientAuth decides (unchanged, or replaced).

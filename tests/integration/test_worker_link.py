@@ -18,9 +18,9 @@ from multidict import CIMultiDict
 
 from proxy.edge.worker_link import WorkerLink
 from proxy.http.access_log import NoAccessLog
+from proxy.http.finished_requests import RequestLedger
+from proxy.http.frame import RequestFrame
 from proxy.http.request_context import CONTEXT, RequestContext
-from proxy.http.request_frame import RequestFrame
-from proxy.http.request_ledger import RequestLedger
 from tests.support.unix_server import UnixServer
 
 

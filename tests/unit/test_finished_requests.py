@@ -11,8 +11,8 @@ import orjson
 
 from core.pacing import LoopTurns
 from proxy.http.access_log import AccessLog, NoAccessLog
+from proxy.http.finished_requests import RequestLedger
 from proxy.http.request_context import CacheOutcome, RequestContext
-from proxy.http.request_ledger import RequestLedger
 from tests.support.waiting import wait_until
 
 

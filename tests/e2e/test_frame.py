@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestServer
 
 from core.errors import InvalidRequest
 from proxy.http.access_log import NoAccessLog
-from proxy.http.request_frame import RequestFrame
-from proxy.http.request_ledger import RequestLedger
+from proxy.http.finished_requests import RequestLedger
+from proxy.http.frame import RequestFrame
 
 
 class Observed:

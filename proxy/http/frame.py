@@ -25,8 +25,8 @@ from aiohttp import web
 from core.errors import DejaError, MethodNotAllowed, NotFound
 from core.ids import IdSequence
 from core.tracing import NoopTracer, SpanNotes, StageTracer
+from proxy.http.finished_requests import RequestRecorder
 from proxy.http.request_context import CONTEXT, CacheOutcome, RequestContext
-from proxy.http.request_ledger import RequestRecorder
 from proxy.http.responses import error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
