@@ -3,10 +3,14 @@ returns when asked (and only then), and the response header it is written as."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from core.recorder import GuardName
+from core.semantic_config import SemanticConfig
 from normalize.prompt_features import NoFeatures, SemanticSkip
+from normalize.runtime.model_features import SemanticFeatureSource
 from proxy.http.request_context import RequestContext, explanation_header
 from proxy.protocol.directives import CacheDirectives, parse_directives
 from tests.unit.test_lookup_chain import REQUEST, World
@@ -64,3 +68,15 @@ async def test_a_miss_never_looked_at_loosely_says_why(reason: SemanticSkip) -> 
     outcome = await World().service.lookup(REQUEST, NoFeatures(reason), explain=True)
     assert outcome.hit is None
     assert outcome.explanation == LookupExplanation(refused=reason)
+
+
+def test_the_feature_source_says_why_a_prompt_is_not_matched_loosely() -> None:
+    source = SemanticFeatureSource(SemanticConfig(analysis_max_chars=40))  # no model started
+    exact_only = replace(REQUEST, prompt_text=None)
+    assert source.for_request(exact_only, True).skip_reason() is SemanticSkip.EXACT_ONLY
+    readable = replace(REQUEST, prompt_text="How do I reset my PIN?")
+    assert source.for_request(readable, False).skip_reason() is SemanticSkip.SCREEN
+    assert source.for_request(readable, True).skip_reason() is SemanticSkip.SEMANTIC_OFF
+    assert source.unreadable("How do I reset my PIN?") is None
+    assert source.unreadable("How do I reset my PIN? " * 2) is SemanticSkip.LENGTH
+    assert source.unreadable("\u8fd9\u4e2a\u836f\u5b89\u5168\u5417") is SemanticSkip.LANGUAGE
