@@ -99,32 +99,21 @@ class CacheService:
     ) -> LookupOutcome:
         """LRU-K → Redis by exact key, then by lemma key, then the semantic index. Each step
         past the exact tiers first awaits `pacer` (the caller's lookup lane, core/pacing.py);
-        without one, nothing waits. With `explain`, the outcome says why it hit or missed."""
-        if not explain:
-            return await self._lookup(request, features, max_age_s, pacer or Unpaced(), None)
-        notes = NearestNotes()
-        outcome = await self._lookup(request, features, max_age_s, pacer or Unpaced(), notes)
-        return replace(outcome, explanation=_explanation(outcome.hit, features, notes))
-
-    async def _lookup(
-        self,
-        request: CacheRequest,
-        features: PromptFeatures,
-        max_age_s: float | None,
-        pacer: Pacer,
-        notes: NearestNotes | None,
-    ) -> LookupOutcome:
+        without one, nothing waits. With `explain`, the outcome says why it hit or missed
+        (without, nothing is noted: an exact hit costs no extra coroutine)."""
+        pacer = pacer or Unpaced()
+        notes = NearestNotes() if explain else None
         now = self._clock.time()
         hit, stale = self._memory_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s
         )
         if hit is not None:
-            return LookupOutcome(hit, stale)
+            return _outcome(hit, stale, features, notes)
         hit, stale = await self._kv_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s, stale
         )
         if hit is not None or not features.semantic_allowed():
-            return LookupOutcome(hit, stale)
+            return _outcome(hit, stale, features, notes)
         analysis = await features.analysis()
         # The features of a whole batch of lookups arrive in one loop iteration; what each
         # does with them waits for a turn of its own.
@@ -140,9 +129,9 @@ class CacheService:
             if hit is not None and not await self._contradicted(
                 request, features, hit.entry, pacer
             ):
-                return LookupOutcome(hit, stale)
+                return _outcome(hit, stale, features, notes)
         hit = await self._semantic_lookup(request, features, now, max_age_s, pacer, notes)
-        return LookupOutcome(hit, stale)
+        return _outcome(hit, stale, features, notes)
 
     def _memory_lookup(
         self, request: CacheRequest, key: str, match: MatchKind, now: float, max_age_s: float | None
@@ -339,6 +328,15 @@ class CacheService:
         counts.append(await self._semantic.invalidate(selector))
         await self._publish(ReplicationEvent(EventKind.INVALIDATE, selector=selector))
         return max(counts)
+
+
+def _outcome(
+    hit: Lookup | None, stale: Lookup | None, features: PromptFeatures, notes: NearestNotes | None
+) -> LookupOutcome:
+    """What `lookup` returns: with its explanation when it was asked for one (`notes`)."""
+    if notes is None:
+        return LookupOutcome(hit, stale)
+    return LookupOutcome(hit, stale, _explanation(hit, features, notes))
 
 
 def _explanation(
