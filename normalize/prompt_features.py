@@ -12,12 +12,25 @@ injection attempts. Those get exact matches only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 import numpy as np
 
 from normalize.keys.request import CacheRequest
 from normalize.meaning.signature import Analysis
+
+
+class SemanticSkip(StrEnum):
+    """Why loose matches (lemma key, semantic) never looked at a prompt: the X-Deja-Explain
+    response header's `refused=` for a prompt no candidate was compared with."""
+
+    LANGUAGE = "language"  # the language gate: a script or language the pipeline cannot read
+    LENGTH = "length"  # longer than semantic.analysis_max_chars
+    SCREEN = "screen"  # the injection screen (normalize/keys/screen.py)
+    EXACT_ONLY = "exact_only"  # keyed whole: a tool loop, non-text parts, /v1/completions
+    SEMANTIC_OFF = "semantic_off"  # no semantic tier, its models loading, or its worker down
+    NO_LOOKUP = "no_lookup"  # no lookup at all: Cache-Control no-cache, an uncached route
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +56,11 @@ class PromptFeatures(Protocol):
         """Whether loose matches (lemma key, semantic) may answer this prompt at all."""
         ...
 
+    def skip_reason(self) -> SemanticSkip | None:
+        """Why loose matches did not look at this prompt (None: they did, or may). Asked only
+        to explain a lookup, after `semantic_allowed` and `analysis`."""
+        ...
+
 
 class FeatureSource(Protocol):
     def for_request(self, request: CacheRequest, loose_matching: bool) -> PromptFeatures:
@@ -52,6 +70,11 @@ class FeatureSource(Protocol):
 
 
 class NoFeatures:
+    """No loose matching, for `reason`."""
+
+    def __init__(self, reason: SemanticSkip = SemanticSkip.SEMANTIC_OFF) -> None:
+        self._reason = reason
+
     async def analysis(self) -> PromptAnalysis | None:
         return None
 
@@ -61,9 +84,12 @@ class NoFeatures:
     def semantic_allowed(self) -> bool:
         return False
 
+    def skip_reason(self) -> SemanticSkip | None:
+        return self._reason
+
 
 class NoFeatureSource:
     """The semantic tier turned off: exact matches only."""
 
     def for_request(self, request: CacheRequest, loose_matching: bool) -> PromptFeatures:
-        return NoFeatures()
+        return NoFeatures(SemanticSkip.SEMANTIC_OFF)

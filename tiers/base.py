@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from core.recorder import GuardName
 from normalize.keys.request import PARTITION_TAG_CHARS, Route
 from normalize.meaning.signature import Analysis
+from normalize.prompt_features import SemanticSkip
 
 if TYPE_CHECKING:  # only for annotations: the key-value tiers need no numpy
     import numpy as np
@@ -127,6 +129,24 @@ class Lookup:
     tier: TierName
     match: MatchKind
     similarity: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LookupExplanation:
+    """Why a lookup hit or missed, for a client that asked (X-Deja-Explain): numbers about the
+    nearest semantic candidate, never anything of its entry's text.
+
+    `similarity` is the nearest candidate's cosine and `threshold` the one it needed (the larger
+    of the global threshold and its entry's floor). `refused` names the guard or check that
+    turned it down (a `GuardName`), or why no candidate was looked at (a `SemanticSkip`); absent
+    when the candidate was below its threshold (then similarity < threshold says so). `served`
+    is the match a hit was served by.
+    """
+
+    similarity: float | None = None
+    threshold: float | None = None
+    refused: GuardName | SemanticSkip | None = None
+    served: MatchKind | None = None
 
 
 @dataclass(frozen=True, slots=True)

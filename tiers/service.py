@@ -23,20 +23,21 @@ import numpy as np
 from core.clock import Clock
 from core.errors import TierUnavailable
 from core.pacing import Pacer, Unpaced
-from core.recorder import CacheRecorder
+from core.recorder import CacheRecorder, GuardName
 from normalize.keys.request import CacheRequest
-from normalize.prompt_features import PromptFeatures
+from normalize.prompt_features import PromptFeatures, SemanticSkip
 from tiers.base import (
     CacheTier,
     Entry,
     InProcessTier,
     Invalidation,
     Lookup,
+    LookupExplanation,
     MatchKind,
     TierName,
 )
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
-from tiers.semantic.protocol import NullSemanticIndex, SemanticIndex
+from tiers.semantic.protocol import NearestNotes, NullSemanticIndex, SemanticIndex
 
 _log = logging.getLogger("deja.cache")
 
@@ -50,6 +51,8 @@ class LookupOutcome:
     # The best entry that was found but is not fresh enough to be a hit (expired within its
     # grace period, or older than the request's max-age): material for a degraded answer.
     stale: Lookup | None = None
+    # Why it hit or missed, when the caller asked (X-Deja-Explain); None otherwise.
+    explanation: LookupExplanation | None = None
 
 
 class CacheService:
@@ -92,22 +95,25 @@ class CacheService:
         features: PromptFeatures,
         max_age_s: float | None = None,
         pacer: Pacer | None = None,
+        explain: bool = False,
     ) -> LookupOutcome:
         """LRU-K → Redis by exact key, then by lemma key, then the semantic index. Each step
         past the exact tiers first awaits `pacer` (the caller's lookup lane, core/pacing.py);
-        without one, nothing waits."""
+        without one, nothing waits. With `explain`, the outcome says why it hit or missed
+        (without, nothing is noted: an exact hit costs no extra coroutine)."""
         pacer = pacer or Unpaced()
+        notes = NearestNotes() if explain else None
         now = self._clock.time()
         hit, stale = self._memory_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s
         )
         if hit is not None:
-            return LookupOutcome(hit, stale)
+            return _outcome(hit, stale, features, notes)
         hit, stale = await self._kv_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s, stale
         )
         if hit is not None or not features.semantic_allowed():
-            return LookupOutcome(hit, stale)
+            return _outcome(hit, stale, features, notes)
         analysis = await features.analysis()
         # The features of a whole batch of lookups arrive in one loop iteration; what each
         # does with them waits for a turn of its own.
@@ -123,9 +129,9 @@ class CacheService:
             if hit is not None and not await self._contradicted(
                 request, features, hit.entry, pacer
             ):
-                return LookupOutcome(hit, stale)
-        hit = await self._semantic_lookup(request, features, now, max_age_s, pacer)
-        return LookupOutcome(hit, stale)
+                return _outcome(hit, stale, features, notes)
+        hit = await self._semantic_lookup(request, features, now, max_age_s, pacer, notes)
+        return _outcome(hit, stale, features, notes)
 
     def _memory_lookup(
         self, request: CacheRequest, key: str, match: MatchKind, now: float, max_age_s: float | None
@@ -175,13 +181,14 @@ class CacheService:
         now: float,
         max_age_s: float | None,
         pacer: Pacer,
+        notes: NearestNotes | None,
     ) -> Lookup | None:
         analysis = await features.analysis()  # starts the embedding too, if it has not started
         vector = await features.vector()
         if vector is None or analysis is None:
             return None
         candidates = await self._semantic.search(
-            request.partition, vector, analysis.analysis, pacer=pacer
+            request.partition, vector, analysis.analysis, pacer=pacer, notes=notes
         )
         for candidate in candidates:
             entry = await self.get_entry(candidate.entry_id)
@@ -321,3 +328,27 @@ class CacheService:
         counts.append(await self._semantic.invalidate(selector))
         await self._publish(ReplicationEvent(EventKind.INVALIDATE, selector=selector))
         return max(counts)
+
+
+def _outcome(
+    hit: Lookup | None, stale: Lookup | None, features: PromptFeatures, notes: NearestNotes | None
+) -> LookupOutcome:
+    """What `lookup` returns: with its explanation when it was asked for one (`notes`)."""
+    if notes is None:
+        return LookupOutcome(hit, stale)
+    return LookupOutcome(hit, stale, _explanation(hit, features, notes))
+
+
+def _explanation(
+    hit: Lookup | None, features: PromptFeatures, notes: NearestNotes
+) -> LookupExplanation:
+    """What `lookup` tells a client that asked why: an exact or lemma hit says only how it was
+    served; anything else, what the semantic search noted about its nearest candidate, or,
+    when it compared none, why the prompt was never looked at loosely."""
+    if hit is not None and hit.match is not MatchKind.SEMANTIC:
+        return LookupExplanation(served=hit.match)
+    refused: GuardName | SemanticSkip | None = notes.refused
+    if refused is None and notes.similarity is None:
+        refused = features.skip_reason()
+    served = None if hit is None else hit.match
+    return LookupExplanation(notes.similarity, notes.threshold, refused, served)

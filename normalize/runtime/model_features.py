@@ -19,7 +19,7 @@ from core.semantic_config import SemanticConfig
 from normalize.keys.fingerprint import lemma_key
 from normalize.keys.request import CacheRequest
 from normalize.meaning.language import LanguageGate
-from normalize.prompt_features import NoFeatures, PromptAnalysis, PromptFeatures
+from normalize.prompt_features import NoFeatures, PromptAnalysis, PromptFeatures, SemanticSkip
 from normalize.runtime.model_processes import FeatureProcess, FeatureWorkerUnavailable, ParsedPrompt
 
 _log = logging.getLogger("deja.features")
@@ -56,14 +56,22 @@ class SemanticFeatureSource:
 
     def for_request(self, request: CacheRequest, loose_matching: bool) -> PromptFeatures:
         text = request.prompt_text
-        if not loose_matching or text is None or not self._process.ready:
-            return NoFeatures()
+        if text is None:
+            return NoFeatures(SemanticSkip.EXACT_ONLY)
+        if not loose_matching:
+            return NoFeatures(SemanticSkip.SCREEN)
+        if not self._process.ready:
+            return NoFeatures(SemanticSkip.SEMANTIC_OFF)
         # The language check waits until an exact miss asks for it: exact hits never pay.
         return _LazyFeatures(self, request.partition, text)
 
-    def readable(self, text: str) -> bool:
-        """Whether the configured pipeline can analyse `text` (language, length)."""
-        return len(text) <= self._config.analysis_max_chars and self._gate.supports(text)
+    def unreadable(self, text: str) -> SemanticSkip | None:
+        """Why the configured pipeline cannot analyse `text` (None: it can)."""
+        if len(text) > self._config.analysis_max_chars:
+            return SemanticSkip.LENGTH
+        if not self._gate.supports(text):
+            return SemanticSkip.LANGUAGE
+        return None
 
     def prompt_analysis(self, partition: str, parsed: ParsedPrompt) -> PromptAnalysis:
         key = lemma_key(partition, parsed.key_material) if self._config.lemma_key else None
@@ -77,11 +85,18 @@ class _LazyFeatures:
         self._text = text
         self._work: asyncio.Task[tuple[ParsedPrompt, np.ndarray] | None] | None = None
         self._allowed: bool | None = None
+        self._skip: SemanticSkip | None = None
 
     def semantic_allowed(self) -> bool:
         if self._allowed is None:
-            self._allowed = self._source.readable(self._text)
+            self._skip = self._source.unreadable(self._text)
+            self._allowed = self._skip is None
         return self._allowed
+
+    def skip_reason(self) -> SemanticSkip | None:
+        # Language or length once the gate has run; SEMANTIC_OFF once the worker failed it.
+        self.semantic_allowed()
+        return self._skip
 
     async def analysis(self) -> PromptAnalysis | None:
         both = await self._both()
@@ -107,4 +122,5 @@ class _LazyFeatures:
         except FeatureWorkerUnavailable as exc:
             # Exact matches still work; the request goes on without loose matching.
             _log.debug("no features for this prompt: %s", exc)
+            self._skip = SemanticSkip.SEMANTIC_OFF
             return None

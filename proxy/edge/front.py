@@ -76,9 +76,13 @@ class EdgeCompletions:
         ctx.tenant = creq.tenant
         if (route is Route.CHAT or self._cache_completions) and read.directives.lookup:
             with self._tracer.span("deja.lookup") as span:
-                outcome = await self._service.lookup(creq, read.features, read.directives.max_age_s)
+                outcome = await self._service.lookup(
+                    creq, read.features, read.directives.max_age_s, explain=read.directives.explain
+                )
                 describe_lookup(span, outcome)
             if outcome.hit is not None:
+                # Only exact hits are served here: the explanation says `served=exact`.
+                ctx.explanation = outcome.explanation
                 return await self._hits.write(request, ctx, creq, outcome.hit)
         return await self._link.forward(request, ctx, read.raw)
 

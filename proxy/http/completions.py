@@ -22,6 +22,7 @@ from core.recorder import CacheRecorder
 from core.tracing import NoopTracer, StageTracer
 from fallback.degrade import Degrader
 from normalize.keys.request import CacheRequest, Route
+from normalize.prompt_features import SemanticSkip
 from proxy.answering.answer_store import Answer, AnswerStore
 from proxy.answering.entry_builder import asked_logprobs
 from proxy.answering.feedback import ServedRecord, ServedRequests
@@ -39,7 +40,7 @@ from proxy.http.responses import (
     new_response_id,
     write_replay,
 )
-from tiers.base import Lookup, MatchKind
+from tiers.base import Lookup, LookupExplanation, MatchKind
 from tiers.service import CacheService, LookupOutcome
 
 
@@ -97,15 +98,22 @@ class CompletionHandler:
         if looked_up:
             with self._tracer.span("deja.lookup") as span:
                 outcome = await self._service.lookup(
-                    creq, read.features, read.directives.max_age_s, self._lookup_turns
+                    creq,
+                    read.features,
+                    read.directives.max_age_s,
+                    self._lookup_turns,
+                    read.directives.explain,
                 )
                 describe_lookup(span, outcome)
+            ctx.explanation = outcome.explanation
             if outcome.hit is not None:
                 return await self._serve_hit(request, ctx, read, outcome.hit)
             ctx.cache = CacheOutcome.MISS
             self._recorder.miss()
         else:
             self._recorder.bypass()
+            if read.directives.explain:
+                ctx.explanation = LookupExplanation(refused=SemanticSkip.NO_LOOKUP)
         store = cacheable and read.directives.store and not read.suspicious
         flight = self._flights.joinable(creq.exact_key) if looked_up else None
         if flight is not None:

@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from aiohttp import web
 
+from tiers.base import LookupExplanation
+
 
 class CacheOutcome(StrEnum):
     HIT = "hit"
@@ -35,6 +37,8 @@ class RequestContext:
     # Edge mode: the worker answered this request (and counts it); the front only relayed it.
     # Set once the worker's answer arrives: a 503 for a worker not answering is the front's.
     relayed: bool = False
+    # Why the lookup hit or missed, when the client asked (X-Deja-Explain).
+    explanation: LookupExplanation | None = None
 
     def cache_headers(self) -> dict[str, str]:
         """X-Request-Id and the X-Deja-* headers of DESIGN.md's table for what happened to this
@@ -58,7 +62,26 @@ class RequestContext:
             headers["Age"] = str(int(self.age_s))
         if self.coalesced:
             headers["X-Deja-Coalesced"] = "1"
+        if self.explanation is not None:
+            explained = explanation_header(self.explanation)
+            if explained:
+                headers["X-Deja-Explain"] = explained
         return headers
+
+
+def explanation_header(explanation: LookupExplanation) -> str:
+    """`similarity=0.8731; threshold=0.9000; refused=role`: the keys that are known, in that
+    order (`served=` on hits), numbers to 4 places."""
+    parts = []
+    if explanation.similarity is not None:
+        parts.append(f"similarity={explanation.similarity:.4f}")
+    if explanation.threshold is not None:
+        parts.append(f"threshold={explanation.threshold:.4f}")
+    if explanation.refused is not None:
+        parts.append(f"refused={explanation.refused}")
+    if explanation.served is not None:
+        parts.append(f"served={explanation.served}")
+    return "; ".join(parts)
 
 
 CONTEXT = web.RequestKey("deja_context", RequestContext)

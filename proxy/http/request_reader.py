@@ -22,7 +22,12 @@ from normalize.prompt_features import FeatureSource, PromptFeatures
 from proxy.http.body import read_body
 from proxy.http.client_auth import ClientAuth
 from proxy.protocol.credentials import CredentialRule, Credentials
-from proxy.protocol.directives import NAMESPACE_HEADER, STORE_TTL_HEADER, CacheDirectives
+from proxy.protocol.directives import (
+    EXPLAIN_HEADER,
+    NAMESPACE_HEADER,
+    STORE_TTL_HEADER,
+    CacheDirectives,
+)
 from proxy.protocol.request_parser import ParsedRequest, RequestParser, parse_json_object
 from proxy.upstream.client import UpstreamRequest
 
@@ -84,6 +89,7 @@ class RequestReader:
             headers.get("Cache-Control"),
             headers.get(NAMESPACE_HEADER),
             headers.get(STORE_TTL_HEADER),
+            headers.get(EXPLAIN_HEADER),
         )
         parsed = self._recent.get(memo_key)
         if parsed is None:

@@ -5,9 +5,11 @@
     Cache-Control: max-age=N       accept only entries younger than N seconds
     X-Deja-Namespace: name         a partition inside the tenant
     X-Deja-Store-TTL: N            cap the stored entry's TTL at N seconds
+    X-Deja-Explain: 1              say why the lookup hit or missed (X-Deja-Explain response)
 
 Unknown Cache-Control directives are ignored (RFC 9111 §5.2); malformed values of the ones
-above are a 400, so a typo never silently changes caching.
+above are a 400, so a typo never silently changes caching. X-Deja-Explain changes no caching:
+`1` or `true` turns it on, any other value leaves it off.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from core.errors import InvalidRequest
 
 NAMESPACE_HEADER = "X-Deja-Namespace"
 STORE_TTL_HEADER = "X-Deja-Store-TTL"
+EXPLAIN_HEADER = "X-Deja-Explain"
+_EXPLAIN_ON = frozenset({"1", "true"})
 _NAMESPACE = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
 
 
@@ -31,6 +35,8 @@ class CacheDirectives:
     max_age_s: float | None = None
     namespace: str = ""
     store_ttl_cap_s: float | None = None
+    # The client asked why its lookup hit or missed (the X-Deja-Explain response header).
+    explain: bool = False
 
     @property
     def lookup(self) -> bool:
@@ -49,6 +55,7 @@ def parse_directives(headers: Mapping[str, str]) -> CacheDirectives:
         "Cache-Control" not in headers
         and NAMESPACE_HEADER not in headers
         and STORE_TTL_HEADER not in headers
+        and EXPLAIN_HEADER not in headers
     ):
         return _DEFAULT
     no_cache = no_store = False
@@ -72,7 +79,8 @@ def parse_directives(headers: Mapping[str, str]) -> CacheDirectives:
     store_ttl_cap = (
         None if cap is None else _seconds(STORE_TTL_HEADER, cap.strip(), allow_zero=False)
     )
-    return CacheDirectives(no_cache, no_store, max_age, namespace, store_ttl_cap)
+    explain = headers.get(EXPLAIN_HEADER, "").strip().lower() in _EXPLAIN_ON
+    return CacheDirectives(no_cache, no_store, max_age, namespace, store_ttl_cap, explain)
 
 
 def _seconds(name: str, value: str, *, allow_zero: bool) -> float:

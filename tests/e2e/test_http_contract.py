@@ -276,3 +276,23 @@ async def test_completions_route_is_cached_exactly(
     assert b2["object"] == "text_completion" and b2["id"] != b1["id"]
     pieces = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
     assert "".join(p["choices"][0]["text"] for p in pieces) == "Answer to: Once upon"
+
+
+async def test_explain_says_why_on_misses_hits_and_bypasses(proxy_factory: ProxyFactory) -> None:
+    proxy = await proxy_factory()  # the semantic tier off
+    explain = {"X-Deja-Explain": "1"}
+    async with aiohttp.ClientSession() as s:
+        _, miss, _ = await post(s, proxy.url(CHAT), chat("e"), explain)
+        _, hit, _ = await post(s, proxy.url(CHAT), chat("e"), explain)
+        _, plain, _ = await post(s, proxy.url(CHAT), chat("e"))
+        _, off, _ = await post(s, proxy.url(CHAT), chat("e"), {"X-Deja-Explain": "maybe"})
+        bypass_headers = {**explain, "Cache-Control": "no-cache"}
+        _, bypass, _ = await post(s, proxy.url(CHAT), chat("e"), bypass_headers)
+        async with s.post(proxy.url(CHAT), json=chat("f", stream=True), headers=explain) as r:
+            await r.read()
+            streamed = r.headers
+    assert (miss["X-Deja-Cache"], miss["X-Deja-Explain"]) == ("miss", "refused=semantic_off")
+    assert (hit["X-Deja-Cache"], hit["X-Deja-Explain"]) == ("hit", "served=exact")
+    assert "X-Deja-Explain" not in plain and "X-Deja-Explain" not in off
+    assert (bypass["X-Deja-Cache"], bypass["X-Deja-Explain"]) == ("bypass", "refused=no_lookup")
+    assert streamed["X-Deja-Explain"] == "refused=semantic_off"

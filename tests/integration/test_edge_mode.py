@@ -151,6 +151,25 @@ def test_a_repeat_is_answered_by_the_front_even_while_the_worker_is_stopped(
     assert hit.body["id"] != miss.body["id"] and hit.body["usage"] == miss.body["usage"]
 
 
+def test_explain_reads_the_same_from_the_front_and_from_its_worker(stack: EdgeStack) -> None:
+    explain = {"X-Deja-Explain": "1"}
+    question = "What is the capital of Peru?"
+    miss = ask(stack.front, question, **explain)  # the worker's answer, relayed verbatim
+    assert miss.headers["X-Deja-Explain"] == "refused=semantic_off"
+    stored(stack.front, miss)
+    eventually(lambda: ask(stack.front, question).headers.get("X-Deja-Tier") == "lru_k")
+    worker = stack.worker_pid()
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        hit = ask(stack.front, question, **explain)
+        plain = ask(stack.front, question)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    assert hit.headers["X-Deja-Tier"] == "lru_k"  # the front's own copy
+    assert hit.headers["X-Deja-Explain"] == "served=exact"
+    assert "X-Deja-Explain" not in plain.headers
+
+
 def test_a_streamed_miss_comes_through_the_front_and_its_repeat_is_replayed(
     stack: EdgeStack,
 ) -> None:

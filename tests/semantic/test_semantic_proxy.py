@@ -288,3 +288,54 @@ def false_hits(server: ServerProcess) -> dict[str, Any]:
     with urllib.request.urlopen(request, timeout=10) as response:
         stats: dict[str, Any] = json.loads(response.read())["false_hits"]
         return stats
+
+
+EXPLAIN = {"X-Deja-Explain": "1"}
+
+
+def explained(header: str) -> dict[str, str]:
+    """`similarity=0.8731; threshold=0.9000; refused=role` as a dict."""
+    return dict(part.split("=", 1) for part in header.split("; "))
+
+
+def test_explain_names_the_guard_that_refused_a_paraphrase(stack: Stack) -> None:
+    key = "sk-explain-negation"
+    ask(stack.a, "Is it safe to take ibuprofen with alcohol?", key=key)
+    headers, _ = ask(
+        stack.a, "Is it not safe to take ibuprofen with alcohol?", key=key, headers=EXPLAIN
+    )
+    assert headers["X-Deja-Cache"] == "miss"
+    explanation = explained(headers["X-Deja-Explain"])
+    assert explanation["refused"] == "negation", explanation
+    assert float(explanation["similarity"]) >= float(explanation["threshold"])
+
+
+def test_explain_shows_a_near_miss_below_its_threshold(stack: Stack) -> None:
+    key = "sk-explain-near"
+    ask(stack.a, "How do I reset my password?", key=key)
+    headers, _ = ask(stack.a, "How do I choose a strong password?", key=key, headers=EXPLAIN)
+    assert headers["X-Deja-Cache"] == "miss"
+    explanation = explained(headers["X-Deja-Explain"])
+    assert "refused" not in explanation and "served" not in explanation, explanation
+    assert 0 < float(explanation["similarity"]) < float(explanation["threshold"])
+
+
+def test_explain_says_a_chinese_prompt_was_never_compared(stack: Stack) -> None:
+    headers, _ = ask(stack.a, "这个药安全吗？", key="sk-explain-zh", headers=EXPLAIN)
+    assert headers["X-Deja-Cache"] == "miss"
+    assert headers["X-Deja-Explain"] == "refused=language"
+
+
+def test_explain_on_hits_says_how_they_were_served_and_only_when_asked(stack: Stack) -> None:
+    key = "sk-explain-hit"
+    headers, _ = ask(stack.a, "How do I update my billing address?", key=key)
+    assert "X-Deja-Explain" not in headers
+    headers, _ = ask(stack.a, "How do I update my billing address?", key=key, headers=EXPLAIN)
+    assert headers["X-Deja-Cache"] == "hit" and headers["X-Deja-Explain"] == "served=exact"
+    headers, _ = ask(stack.a, "How can I update my billing address?", key=key)
+    assert headers["X-Deja-Cache"] == "hit" and "X-Deja-Explain" not in headers
+    headers, _ = ask(stack.a, "How can I update my billing address?", key=key, headers=EXPLAIN)
+    explanation = explained(headers["X-Deja-Explain"])
+    assert explanation["served"] == headers["X-Deja-Match"]
+    if headers["X-Deja-Match"] == "semantic":
+        assert float(explanation["similarity"]) >= float(explanation["threshold"])

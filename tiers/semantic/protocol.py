@@ -8,6 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from core.pacing import Pacer
+from core.recorder import GuardName
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation
 
@@ -18,6 +19,29 @@ class SemanticCandidate:
 
     entry_id: str
     similarity: float
+
+
+@dataclass(slots=True)
+class NearestNotes:
+    """What a search found about its nearest candidate, filled in by the search for a caller
+    that asked why (X-Deja-Explain); a search without one notes nothing.
+
+    The nearest candidate is noted; a further one replaces it only when it got further (past its
+    threshold and the guards, to the answer check or a hit), since that one decided the lookup.
+    """
+
+    similarity: float | None = None
+    threshold: float | None = None
+    refused: GuardName | None = None
+
+    def saw(self, similarity: float, threshold: float, refused: GuardName | None) -> None:
+        """A candidate turned down before the answer check: noted when it is the nearest."""
+        if self.similarity is None:
+            self.similarity, self.threshold, self.refused = similarity, threshold, refused
+
+    def decided(self, similarity: float, threshold: float, refused: GuardName | None) -> None:
+        """The candidate that was served (`refused` None) or refused by the answer check."""
+        self.similarity, self.threshold, self.refused = similarity, threshold, refused
 
 
 class SemanticIndex(Protocol):
@@ -32,10 +56,12 @@ class SemanticIndex(Protocol):
         query: Analysis,
         threshold_override: float | None = None,
         pacer: Pacer | None = None,
+        notes: NearestNotes | None = None,
     ) -> list[SemanticCandidate]:
         """The nearest entry of `partition` that passes its similarity threshold and the meaning
         guards and is fresh (a list of at most one). With `threshold_override` (a relaxed,
-        degraded match) that threshold applies instead, and entries within their grace count."""
+        degraded match) that threshold applies instead, and entries within their grace count.
+        With `notes`, what decided the search is written there."""
         ...
 
     async def contradicts(
@@ -78,6 +104,7 @@ class NullSemanticIndex:
         query: Analysis,
         threshold_override: float | None = None,
         pacer: Pacer | None = None,
+        notes: NearestNotes | None = None,
     ) -> list[SemanticCandidate]:
         return []
 

@@ -40,7 +40,7 @@ from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, PartitionIndex
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.faiss_thread import FaissThread
-from tiers.semantic.protocol import SemanticCandidate
+from tiers.semantic.protocol import NearestNotes, SemanticCandidate
 from tiers.semantic.vector_index import VectorIndex, best_of
 
 _log = logging.getLogger("deja.semantic")
@@ -117,6 +117,7 @@ class SemanticTier:
         query: Analysis,
         threshold_override: float | None = None,
         pacer: Pacer | None = None,
+        notes: NearestNotes | None = None,
     ) -> list[SemanticCandidate]:
         pacer = pacer or Unpaced()
         index = self._indexes.get(partition)
@@ -134,13 +135,22 @@ class SemanticTier:
                 else self._thresholds.effective(item.threshold)
             )
             if similarity < threshold:
+                if notes is not None:
+                    notes.saw(similarity, threshold, None)
                 continue
-            if not await self._same_question(query, item, pacer):
+            refused = await self._refusing_guard(query, item, pacer)
+            if refused is not None:
+                if notes is not None:
+                    notes.saw(similarity, threshold, refused)
                 continue
             # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
             if await self._contradicted(query, item, similarity, live, pacer):
                 self._recorder.guard_rejected(GuardName.ANSWERS)
+                if notes is not None:
+                    notes.decided(similarity, threshold, GuardName.ANSWERS)
                 return []
+            if notes is not None:
+                notes.decided(similarity, threshold, None)
             self._recency.move_to_end(item.entry_id)
             return [SemanticCandidate(item.entry_id, similarity)]
         return []
@@ -200,11 +210,16 @@ class SemanticTier:
             if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
         ]
 
-    async def _same_question(self, query: Analysis, item: _Indexed, pacer: Pacer) -> bool:
+    async def _refusing_guard(
+        self, query: Analysis, item: _Indexed, pacer: Pacer
+    ) -> GuardName | None:
+        """The guard that finds the query asks something else than `item` (None: the same)."""
         verdict = await self._guards(query, item.analysis, pacer)
-        if not verdict.agree:
-            self._recorder.guard_rejected(GuardName.of_reason(verdict.reason))
-        return verdict.agree
+        if verdict.agree:
+            return None
+        guard = GuardName.of_reason(verdict.reason)
+        self._recorder.guard_rejected(guard)
+        return guard
 
     async def _guards(self, query: Analysis, cached: Analysis, pacer: Pacer) -> GuardVerdict:
         """The guards' verdict, each of their parts paced."""
