@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from aiohttp import web
 
+from core.recorder import GuardName
 from tiers.base import LookupExplanation
 
 
@@ -69,8 +70,18 @@ class RequestContext:
         return headers
 
 
+# The header names the checks as the product describes them (negation, numbers, entities, roles,
+# antonyms, question, answers); the `guard_rejections` statistic keeps its singular labels.
+_HEADER_NAMES = {
+    GuardName.NUMBER: "numbers",
+    GuardName.ENTITY: "entities",
+    GuardName.ROLE: "roles",
+    GuardName.ANTONYM: "antonyms",
+}
+
+
 def explanation_header(explanation: LookupExplanation) -> str:
-    """`similarity=0.8731; threshold=0.9000; refused=role`: the keys that are known, in that
+    """`similarity=0.8731; threshold=0.9000; refused=roles`: the keys that are known, in that
     order (`served=` on hits), numbers to 4 places."""
     parts = []
     if explanation.similarity is not None:
@@ -78,7 +89,9 @@ def explanation_header(explanation: LookupExplanation) -> str:
     if explanation.threshold is not None:
         parts.append(f"threshold={explanation.threshold:.4f}")
     if explanation.refused is not None:
-        parts.append(f"refused={explanation.refused}")
+        refused = explanation.refused
+        name = _HEADER_NAMES.get(refused, refused) if isinstance(refused, GuardName) else refused
+        parts.append(f"refused={name}")
     if explanation.served is not None:
         parts.append(f"served={explanation.served}")
     return "; ".join(parts)

@@ -294,7 +294,7 @@ EXPLAIN = {"X-Deja-Explain": "1"}
 
 
 def explained(header: str) -> dict[str, str]:
-    """`similarity=0.8731; threshold=0.9000; refused=role` as a dict."""
+    """`similarity=0.8731; threshold=0.9000; refused=roles` as a dict."""
     return dict(part.split("=", 1) for part in header.split("; "))
 
 

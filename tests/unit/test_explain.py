@@ -35,7 +35,7 @@ def test_explain_is_off_without_the_header_and_changes_no_other_directive() -> N
 
 def test_the_header_names_the_known_keys_in_order_to_four_places() -> None:
     refused = LookupExplanation(0.87314, 0.9, GuardName.ROLE)
-    assert explanation_header(refused) == "similarity=0.8731; threshold=0.9000; refused=role"
+    assert explanation_header(refused) == "similarity=0.8731; threshold=0.9000; refused=roles"
     below = LookupExplanation(0.85, 0.9)
     assert explanation_header(below) == "similarity=0.8500; threshold=0.9000"
     hit = LookupExplanation(0.97, 0.9, served=MatchKind.SEMANTIC)
