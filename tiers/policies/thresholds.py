@@ -24,6 +24,9 @@ threshold_max]. Entries start with no floor of their own (floor = threshold_min)
 `FalseHitEstimator` keeps the verified counts and gives the rate with a Wilson 95% interval.
 Only verifications feed it (and the global threshold): they are a uniform random sample of
 semantic hits; complaints are not (nobody reports the hits that were right).
+
+`LemmaHitSwitch` keeps lemma-key hits' own estimate (they have no similarity, so they never move
+T) and whether they are served: off while that estimate is clearly over the target.
 Everything here is pure: no I/O, no clock.
 """
 
