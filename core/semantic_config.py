@@ -123,12 +123,16 @@ class SemanticConfig:
 class VerifyConfig:
     sample_share: float = setting(
         0.05,
-        "share of semantic hits re-asked upstream in the background to check them",
+        "share of semantic and lemma-key hits re-asked upstream in the background to check them",
         ge=0,
         le=1,
     )
     target_false_hit_rate: float = setting(
-        0.01, "thresholds move to keep wrong hits / semantic hits under this", gt=0, lt=1
+        0.01,
+        "thresholds move to keep wrong hits / semantic hits under this; lemma-key hits stop"
+        " while theirs is clearly over it",
+        gt=0,
+        lt=1,
     )
     # threshold_min ≤ threshold_max: core/config_checks.py.
     threshold_min: float = setting(

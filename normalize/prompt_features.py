@@ -52,6 +52,11 @@ class PromptFeatures(Protocol):
         """The prompt's L2-normalized embedding, or None when not eligible."""
         ...
 
+    def vector_if_ready(self) -> np.ndarray | None:
+        """The embedding if it is already computed, without waiting (None: not yet, or not
+        eligible). A lemma-key hit's answer check uses it, so that no hit waits for one."""
+        ...
+
     def semantic_allowed(self) -> bool:
         """Whether loose matches (lemma key, semantic) may answer this prompt at all."""
         ...
@@ -79,6 +84,9 @@ class NoFeatures:
         return None
 
     async def vector(self) -> np.ndarray | None:
+        return None
+
+    def vector_if_ready(self) -> np.ndarray | None:
         return None
 
     def semantic_allowed(self) -> bool:

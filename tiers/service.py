@@ -2,7 +2,8 @@
 
     lookup:  LRU-K ─exact─▶ Redis ─exact─▶ LRU-K ─lemma─▶ Redis ─lemma─▶ semantic ─▶ miss
              (a hit in a lower tier is copied into the tiers above it: fill-back; an
-             in-process first tier is asked synchronously, so its hits cost no coroutines)
+             in-process first tier is asked synchronously, so its hits cost no coroutines;
+             the lemma steps are skipped while lemma hits are off, `LemmaHitSwitch`)
     store:   the in-process tier and the semantic index, the answer's embedding, the other
              key-value tiers and the replication log, each once; the entry it supersedes (same
              exact key) is deleted everywhere
@@ -24,6 +25,7 @@ from core.clock import Clock
 from core.errors import TierUnavailable
 from core.pacing import Pacer, Unpaced
 from core.recorder import CacheRecorder, GuardName
+from core.semantic_config import VerifyConfig
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures, SemanticSkip
 from tiers.base import (
@@ -36,6 +38,7 @@ from tiers.base import (
     MatchKind,
     TierName,
 )
+from tiers.policies.thresholds import LemmaHitSwitch
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
 from tiers.semantic.protocol import NearestNotes, NullSemanticIndex, SemanticIndex
 
@@ -53,6 +56,13 @@ class LookupOutcome:
     stale: Lookup | None = None
     # Why it hit or missed, when the caller asked (X-Deja-Explain); None otherwise.
     explanation: LookupExplanation | None = None
+    # A lemma hit served before its answer check: the prompt's embedding was not computed
+    # yet, and no hit waits for one. The caller runs the check after the response
+    # (`contradicted`, then `drop_lemma_key`).
+    answer_check_due: bool = False
+    # A lemma-key match not served because lemma hits are off: the caller may still verify it,
+    # so that the estimate which turned them off can turn them on again.
+    held_back_lemma: Lookup | None = None
 
 
 class CacheService:
@@ -63,6 +73,7 @@ class CacheService:
         recorder: CacheRecorder,
         semantic: SemanticIndex | None = None,
         replication: Replication | None = None,
+        lemma_hits: LemmaHitSwitch | None = None,
     ) -> None:
         self._tiers = list(tiers)
         first = self._tiers[0] if self._tiers else None
@@ -73,6 +84,8 @@ class CacheService:
         # Where every change is told to other replicas (built before the service, over the same
         # semantic index); none without Redis.
         self._replication: Replication = replication or NoReplication()
+        # Whether lemma-key matches are served (fed by the verifier); without one, always.
+        self._lemma_hits = lemma_hits or LemmaHitSwitch(VerifyConfig())
 
     async def _publish(self, event: ReplicationEvent) -> None:
         try:
@@ -118,6 +131,7 @@ class CacheService:
         # The features of a whole batch of lookups arrive in one loop iteration; what each
         # does with them waits for a turn of its own.
         await pacer.step()
+        held_back = None
         if analysis is not None and analysis.lemma_key is not None:
             key = analysis.lemma_key
             hit, lemma_stale = self._memory_lookup(request, key, MatchKind.LEMMA, now, max_age_s)
@@ -126,12 +140,20 @@ class CacheService:
                     request, key, MatchKind.LEMMA, now, max_age_s, lemma_stale
                 )
             stale = stale or lemma_stale
-            if hit is not None and not await self._contradicted(
-                request, features, hit.entry, pacer
-            ):
-                return _outcome(hit, stale, features, notes)
+            if hit is not None and not self._lemma_hits.serving:
+                held_back = hit
+            elif hit is not None:
+                # The answer check with what is computed already: a lemma hit never waits for
+                # the prompt's embedding (it is not ready: the check runs after the response).
+                vector = features.vector_if_ready()
+                if vector is None:
+                    return _outcome(hit, stale, features, notes, answer_check_due=True)
+                if not await self._semantic.contradicts(
+                    request.partition, vector, analysis.analysis, hit.entry.entry_id, pacer=pacer
+                ):
+                    return _outcome(hit, stale, features, notes)
         hit = await self._semantic_lookup(request, features, now, max_age_s, pacer, notes)
-        return _outcome(hit, stale, features, notes)
+        return _outcome(hit, stale, features, notes, held_back_lemma=held_back)
 
     def _memory_lookup(
         self, request: CacheRequest, key: str, match: MatchKind, now: float, max_age_s: float | None
@@ -141,7 +163,7 @@ class CacheService:
         if memory is None:
             return None, None
         entry = memory.get_now(key)
-        if entry is None or entry.partition != request.partition:
+        if entry is None or not _found_by(entry, request, key, match):
             return None, None
         if self._acceptable(entry, now, max_age_s):
             return Lookup(entry, memory.name, match), None
@@ -164,7 +186,7 @@ class CacheService:
             except TierUnavailable:
                 self._recorder.tier_error(tier.name)
                 continue
-            if entry is None or entry.partition != request.partition:
+            if entry is None or not _found_by(entry, request, key, match):
                 continue
             if self._acceptable(entry, now, max_age_s):
                 if depth:
@@ -198,18 +220,29 @@ class CacheService:
                 return Lookup(entry, TierName.SEMANTIC, MatchKind.SEMANTIC, candidate.similarity)
         return None
 
-    async def _contradicted(
-        self, request: CacheRequest, features: PromptFeatures, entry: Entry, pacer: Pacer
+    async def contradicted(
+        self, request: CacheRequest, features: PromptFeatures, entry: Entry
     ) -> bool:
-        """The semantic tier's answer check for a lemma-key match: the same lemma skeleton
-        does not make near-identical questions answered differently any safer to serve."""
+        """The semantic tier's answer check for a lemma-key match (the same lemma skeleton does
+        not make near-identical questions answered differently any safer to serve), awaiting
+        the prompt's embedding: for after the response, never on a hit's path."""
         analysis = await features.analysis()
         vector = await features.vector()
         if vector is None or analysis is None:
             return False
         return await self._semantic.contradicts(
-            request.partition, vector, analysis.analysis, entry.entry_id, pacer=pacer
+            request.partition, vector, analysis.analysis, entry.entry_id
         )
+
+    async def drop_lemma_key(self, entry_id: str) -> bool:
+        """Stop finding the entry by its lemma key; its exact key and its place in the semantic
+        index (with the guards and the answer check a semantic hit gets) stay. Redis keeps the
+        lemma index key until the entry expires, pointing at a record that no longer claims it,
+        which a lookup skips (`_found_by`)."""
+        entry = await self.get_entry(entry_id)
+        if entry is None or entry.lemma_key is None:
+            return False
+        return await self.replace(replace(entry, lemma_key=None))
 
     async def neighbour(
         self, request: CacheRequest, features: PromptFeatures, threshold: float
@@ -330,13 +363,25 @@ class CacheService:
         return max(counts)
 
 
+def _found_by(entry: Entry, request: CacheRequest, key: str, match: MatchKind) -> bool:
+    """Whether an entry a key led to is this request's: its partition, and, for a lemma key,
+    an entry that still claims that key (`CacheService.drop_lemma_key`)."""
+    if entry.partition != request.partition:
+        return False
+    return match is not MatchKind.LEMMA or entry.lemma_key == key
+
+
 def _outcome(
-    hit: Lookup | None, stale: Lookup | None, features: PromptFeatures, notes: NearestNotes | None
+    hit: Lookup | None,
+    stale: Lookup | None,
+    features: PromptFeatures,
+    notes: NearestNotes | None,
+    answer_check_due: bool = False,
+    held_back_lemma: Lookup | None = None,
 ) -> LookupOutcome:
     """What `lookup` returns: with its explanation when it was asked for one (`notes`)."""
-    if notes is None:
-        return LookupOutcome(hit, stale)
-    return LookupOutcome(hit, stale, _explanation(hit, features, notes))
+    explanation = None if notes is None else _explanation(hit, features, notes)
+    return LookupOutcome(hit, stale, explanation, answer_check_due, held_back_lemma)
 
 
 def _explanation(

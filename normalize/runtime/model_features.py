@@ -108,6 +108,15 @@ class _LazyFeatures:
         both = await self._both()
         return None if both is None else both[1]
 
+    def vector_if_ready(self) -> np.ndarray | None:
+        # The analysis and the embedding come back together (FeatureProcess.analyze), so once
+        # a lookup has the analysis this is ready; the check is for any other order.
+        work = self._work
+        if work is None or not work.done() or work.cancelled() or work.exception() is not None:
+            return None
+        both = work.result()
+        return None if both is None else both[1]
+
     async def _both(self) -> tuple[ParsedPrompt, np.ndarray] | None:
         if not self.semantic_allowed():
             return None

@@ -49,7 +49,7 @@ from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.client import UpstreamClient
 from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
-from tiers.policies.thresholds import ThresholdController
+from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
 from tiers.policies.ttl import TtlPolicy
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
@@ -114,6 +114,8 @@ class StoreParts:
     replication: StreamReplication | None
     service: CacheService
     thresholds: ThresholdController
+    # Whether lemma-key hits are served: their own false-hit estimate, fed by the verifier.
+    lemma_hits: LemmaHitSwitch
     # The lookups' pacer (core/pacing.py): every step of a lookup past the exact tiers waits for
     # a turn of this lane, so exact hits are served in between. The handler passes it to
     # `CacheService.lookup`; the service and the semantic index keep none.
@@ -187,6 +189,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
     redis = RedisConnection(config.redis) if config.redis.url else None
     redis_tier = RedisTier(redis, config.redis) if redis is not None else None
     thresholds = ThresholdController(config.verify, config.semantic.threshold)
+    lemma_hits = LemmaHitSwitch(config.verify)
     lookup_turns = LoopTurns()
     features = semantic = None
     if semantic_index and config.semantic.enabled:
@@ -215,7 +218,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             indexes=semantic_index,
         )
     tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
-    service = CacheService(tiers, clock, recorder, semantic, replication)
+    service = CacheService(tiers, clock, recorder, semantic, replication, lemma_hits)
     return StoreParts(
         recorder=recorder,
         lru=lru,
@@ -226,6 +229,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
         replication=replication,
         service=service,
         thresholds=thresholds,
+        lemma_hits=lemma_hits,
         lookup_turns=lookup_turns,
     )
 
@@ -281,7 +285,12 @@ def build_proxy(
             telemetry.tracer,
         ),
         verifier=Verifier(
-            config.verify, upstream.gate, store.service, store.thresholds, store.features
+            config.verify,
+            upstream.gate,
+            store.service,
+            store.thresholds,
+            store.lemma_hits,
+            store.features,
         ),
         # Without the admin API nothing can name a served request: none is remembered.
         served=ServedRequests() if config.admin.token else ServedRequests(capacity=0),

@@ -60,6 +60,12 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
     g["false_hit_rate_low"] = estimate.low
     g["false_hit_rate_high"] = estimate.high
     g["verified_hits"] = estimate.verified
+    lemma = store.lemma_hits.estimator.estimate()
+    g["false_hit_rate_lemma"] = lemma.rate
+    g["false_hit_rate_lemma_low"] = lemma.low
+    g["false_hit_rate_lemma_high"] = lemma.high
+    g["verified_lemma_hits"] = lemma.verified
+    g["lemma_hits_on"] = 1.0 if store.lemma_hits.serving else 0.0
     return g
 
 
@@ -148,8 +154,27 @@ async def stats(parts: ProxyParts) -> dict[str, Any]:
             # Fresh answers of failed verifications stored for their prompts.
             "fresh_answers_kept": parts.verifier.kept,
         },
+        "false_hits_lemma": _lemma_false_hits(parts),
         "breaker": {"state": str(breaker.state), "trips": breaker.trips},
         "redis": _redis(parts),
+    }
+
+
+def _lemma_false_hits(parts: ProxyParts) -> dict[str, Any]:
+    """The lemma-key hits' own estimate, beside the semantic one, and whether they are served."""
+    switch = parts.store.lemma_hits
+    estimate = switch.estimator.estimate()
+    return {
+        "verified": estimate.verified,
+        "wrong": estimate.wrong,
+        "rate": estimate.rate,
+        "interval_95": [estimate.low, estimate.high],
+        "target": parts.config.verify.target_false_hit_rate,
+        "serving": switch.serving,
+        # Served before their answer check could run, refused by it afterwards (lemma key
+        # dropped); and served with no check at all, the late checks' pool being full.
+        "refused_after_serving": switch.refused_after_serving,
+        "unchecked": parts.verifier.late_checks_skipped,
     }
 
 

@@ -106,8 +106,10 @@ class CompletionHandler:
                 )
                 describe_lookup(span, outcome)
             ctx.explanation = outcome.explanation
+            if outcome.held_back_lemma is not None:
+                self._verify_held_back(read, outcome.held_back_lemma)
             if outcome.hit is not None:
-                return await self._serve_hit(request, ctx, read, outcome.hit)
+                return await self._serve_hit(request, ctx, read, outcome)
             ctx.cache = CacheOutcome.MISS
             self._recorder.miss()
         else:
@@ -144,10 +146,13 @@ class CompletionHandler:
         return error_response(written.error, ctx)
 
     async def _serve_hit(
-        self, request: web.Request, ctx: RequestContext, read: ReadRequest, lookup: Lookup
+        self, request: web.Request, ctx: RequestContext, read: ReadRequest, outcome: LookupOutcome
     ) -> web.StreamResponse:
-        creq = read.cache
-        if lookup.match is MatchKind.SEMANTIC:
+        creq, lookup = read.cache, outcome.hit
+        assert lookup is not None, "a hit is served"
+        if outcome.answer_check_due:
+            self._verifier.check_later(creq, read.features, lookup)
+        if lookup.match is not MatchKind.EXACT:
             keep = None
             if read.directives.store and not read.suspicious:
 
@@ -160,6 +165,19 @@ class CompletionHandler:
                 lookup, lambda: read.upstream_request(_plain(read.body)), keep
             )
         return await self._hits.write(request, ctx, creq, lookup)
+
+    def _verify_held_back(self, read: ReadRequest, held_back: Lookup) -> None:
+        """Sample a lemma match held back while lemma hits are off, as if it had been served
+        (its answer check first, off the response path). Its fresh answer is not kept: the
+        request goes on to be answered, and stored, as it is."""
+        creq, features = read.cache, read.features
+
+        async def refused_by_check() -> bool:
+            return await self._service.contradicted(creq, features, held_back.entry)
+
+        self._verifier.maybe_verify(
+            held_back, lambda: read.upstream_request(_plain(read.body)), None, refused_by_check
+        )
 
     async def _serve_degraded(
         self,

@@ -9,6 +9,7 @@ import aiohttp
 import orjson
 import pytest
 
+from proxy.composition.app import PARTS
 from tests.admin.conftest import TOKEN, Client, admin_sections
 from tests.conftest import ProxyFactory
 from tests.support.stub_upstream import StubUpstream
@@ -61,6 +62,32 @@ async def test_stats_count_hits_savings_and_the_false_hit_estimate(
         "fresh_answers_kept": 0,
     }
     assert set(stats) >= {"breaker", "redis", "degraded", "not_stored", "guard_rejections"}
+
+
+async def test_stats_give_the_lemma_hits_their_own_estimate_and_whether_they_are_served(
+    proxy_factory: ProxyFactory, session: aiohttp.ClientSession
+) -> None:
+    proxy = await proxy_factory(**admin_sections())
+    client = Client(session, proxy)
+    assert (await client.admin("GET", "stats")).body["false_hits_lemma"] == {
+        "verified": 0,
+        "wrong": 0,
+        "rate": 0.0,
+        "interval_95": [0.0, 1.0],
+        "target": 0.01,
+        "serving": True,
+        "refused_after_serving": 0,
+        "unchecked": 0,
+    }
+    # Two wrong verifications of lemma hits, as the verifier records them: clearly over 1%.
+    switch = proxy.app[PARTS].store.lemma_hits
+    switch.record(False)
+    switch.record(False)
+    lemma = (await client.admin("GET", "stats")).body["false_hits_lemma"]
+    assert (lemma["verified"], lemma["wrong"], lemma["rate"]) == (2, 2, 1.0)
+    assert lemma["serving"] is False and lemma["interval_95"][0] > lemma["target"]
+    # The semantic estimate is another one.
+    assert (await client.admin("GET", "stats")).body["false_hits"]["verified"] == 0
 
 
 def line(question: str, answer: str, **extra: Any) -> bytes:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
+from proxy.composition.app import PARTS
 from tests.conftest import ProxyFactory
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
@@ -34,6 +35,31 @@ async def test_every_metric_the_dashboard_plots_is_exported(proxy_factory: Proxy
     assert plotted - conditional <= exported, sorted(plotted - exported)
     assert 'deja_cache_hits_total{match="exact",tier="lru_k"} 1.0' in text
     assert 'deja_requests_total{cache="miss",route="chat",status="200"} 1.0' in text
+
+
+async def test_the_lemma_hits_estimate_and_switch_are_gauges(proxy_factory: ProxyFactory) -> None:
+    proxy = await proxy_factory()
+
+    async def scrape() -> str:
+        async with aiohttp.ClientSession() as s, s.get(proxy.url("/metrics")) as r:
+            assert r.status == 200
+            return await r.text()
+
+    text = await scrape()
+    for gauge in (
+        "deja_false_hit_rate_lemma 0.0",
+        "deja_false_hit_rate_lemma_low 0.0",
+        "deja_false_hit_rate_lemma_high 1.0",
+        "deja_verified_lemma_hits 0.0",
+        "deja_lemma_hits_on 1.0",
+    ):
+        assert gauge in text.splitlines(), gauge
+    switch = proxy.app[PARTS].store.lemma_hits
+    switch.record(False)
+    switch.record(False)  # 2 wrong of 2 verified lemma hits: off
+    lines = (await scrape()).splitlines()
+    assert "deja_lemma_hits_on 0.0" in lines and "deja_false_hit_rate_lemma 1.0" in lines
+    assert "deja_verified_lemma_hits 2.0" in lines
 
 
 async def test_readyz_reports_breaker_and_redis(proxy_factory: ProxyFactory) -> None:

@@ -1,5 +1,6 @@
 """The Redis tier's record handling on a real server: one-round-trip lookups that survive a
-flushed script cache, dangling index keys, and records that are not ours to serve."""
+flushed script cache, dangling index keys, records that are not ours to serve, and a lemma key
+dropped from its entry."""
 
 from __future__ import annotations
 
@@ -7,15 +8,22 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import redis
 
+from core.clock import SystemClock
 from core.config import RedisConfig
-from tests.contract.test_cache_tier import make_entry
-from tiers.base import ENTRY_FORMAT_VERSION
+from core.recorder import CacheRecorder
+from normalize.keys.request import CacheRequest, Route
+from normalize.meaning.signature import Analysis, MeaningSignature
+from normalize.prompt_features import PromptAnalysis, SemanticSkip
+from tests.contract.test_cache_tier import TAG, make_entry
+from tiers.base import ENTRY_FORMAT_VERSION, MatchKind
 from tiers.entry_codec import META
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
+from tiers.service import CacheService
 
 pytestmark = pytest.mark.redis
 
@@ -71,3 +79,44 @@ async def test_an_answer_vector_attached_later_keeps_the_prompt_vector(tier: Red
     assert await tier.replace(replace(read_back, answer_vector=answer))
     full = await tier.get_full(read_back.entry_id)
     assert full is not None and (full.vector, full.answer_vector) == (prompt, answer)
+
+
+class LemmaKeyed:
+    """A prompt whose lemma key is `key`, its embedding ready."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+
+    async def analysis(self) -> PromptAnalysis | None:
+        analysis = Analysis(("reset", "pin"), MeaningSignature())
+        return PromptAnalysis(analysis, self._key, analysis.to_wire())
+
+    async def vector(self) -> np.ndarray | None:
+        return self.vector_if_ready()
+
+    def vector_if_ready(self) -> np.ndarray | None:
+        return np.asarray([1.0, 0.0], dtype=np.float32)
+
+    def semantic_allowed(self) -> bool:
+        return True
+
+    def skip_reason(self) -> SemanticSkip | None:
+        return None
+
+
+async def test_a_dropped_lemma_key_no_longer_finds_its_entry(tier: RedisTier) -> None:
+    service = CacheService([tier], SystemClock(), CacheRecorder())
+    entry = make_entry("d")
+    assert entry.lemma_key is not None
+    await service.store(entry)
+    twin = CacheRequest(
+        Route.CHAT, "tenant-1", "", "m", entry.partition, TAG + "twin", "twin", False, False
+    )
+    found = await service.lookup(twin, LemmaKeyed(entry.lemma_key))
+    assert found.hit is not None and found.hit.match is MatchKind.LEMMA
+
+    assert await service.drop_lemma_key(entry.entry_id)
+    # Redis keeps the lemma index key until the entry expires; the record no longer claims it.
+    assert await tier.get(entry.lemma_key) == replace(entry, lemma_key=None)
+    assert (await service.lookup(twin, LemmaKeyed(entry.lemma_key))).hit is None
+    assert await tier.get(entry.exact_key) == replace(entry, lemma_key=None)

@@ -281,12 +281,42 @@ def test_a_failed_verification_stores_the_fresh_answer_for_its_prompt(stack: Sta
         checker.stop()
 
 
-def false_hits(server: ServerProcess) -> dict[str, Any]:
+def test_a_lemma_hit_is_verified_into_its_own_estimate_and_lemma_hits_stop(stack: Stack) -> None:
+    # Its own proxy verifying every hit, as above.
+    checker = proxy(
+        f"{stack.stub.url}/v1",
+        env={
+            "DEJA_SEMANTIC__ENABLED": "true",
+            "DEJA_ADMIN__TOKEN": ADMIN_TOKEN,
+            "DEJA_VERIFY__SAMPLE_SHARE": "1.0",
+        },
+    )
+    try:
+        checker.wait_ready(timeout_s=300)
+        warm_up(checker, "sk-verify-lemma", {"How can I reset my PIN?": CHANGE})
+        headers, answer = ask(checker, LEMMA_TWIN, key="sk-verify-lemma")
+        assert (headers["X-Deja-Match"], answer) == ("lemma", CHANGE)
+        # The stub's "Answer to: …" disagrees: one wrong of one verified lemma hit puts the
+        # interval above 1%, so lemma hits are off; the semantic estimate saw nothing.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and false_hits(checker, "false_hits_lemma")["serving"]:
+            time.sleep(0.05)
+        lemma = false_hits(checker, "false_hits_lemma")
+        assert (lemma["verified"], lemma["wrong"], lemma["serving"]) == (1, 1, False)
+        assert false_hits(checker)["verified"] == 0
+        with urllib.request.urlopen(f"{checker.url}/metrics", timeout=10) as response:
+            metrics = response.read().decode().splitlines()
+        assert "deja_lemma_hits_on 0.0" in metrics
+    finally:
+        checker.stop()
+
+
+def false_hits(server: ServerProcess, section: str = "false_hits") -> dict[str, Any]:
     request = urllib.request.Request(
         f"{server.url}/admin/v1/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
     )
     with urllib.request.urlopen(request, timeout=10) as response:
-        stats: dict[str, Any] = json.loads(response.read())["false_hits"]
+        stats: dict[str, Any] = json.loads(response.read())[section]
         return stats
 
 

@@ -31,7 +31,7 @@ from tests.support.entries import TAG, make_entry
 from tests.support.fake_upstream import FakeModel, FakeTransport
 from tiers.base import Lookup, MatchKind, TierName
 from tiers.lru_k import LruKTier
-from tiers.policies.thresholds import ThresholdController
+from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
 from tiers.service import CacheService
 
 
@@ -154,13 +154,14 @@ class World:
             sample_share=share, max_inflight=max_inflight, store_disagreeing=store_disagreeing
         )
         self.thresholds = ThresholdController(config, 0.86)
+        self.lemma_hits = LemmaHitSwitch(config)
         self.client = UpstreamClient(
             UpstreamConfig(url="http://upstream.test/v1", max_retries=0),
             FakeTransport(responder=model),
         )
         gate = UpstreamGate(self.client, AlwaysClosedBreaker(), AdmissionControl(4, 4, 1.0))
         self.verifier = Verifier(
-            config, gate, self.service, self.thresholds, embedder, random.Random(7)
+            config, gate, self.service, self.thresholds, self.lemma_hits, embedder, random.Random(7)
         )
 
     async def hit(self, cached_answer: str, similarity: float = 0.9) -> Lookup:

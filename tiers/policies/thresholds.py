@@ -24,6 +24,9 @@ threshold_max]. Entries start with no floor of their own (floor = threshold_min)
 `FalseHitEstimator` keeps the verified counts and gives the rate with a Wilson 95% interval.
 Only verifications feed it (and the global threshold): they are a uniform random sample of
 semantic hits; complaints are not (nobody reports the hits that were right).
+
+`LemmaHitSwitch` keeps lemma-key hits' own estimate (they have no similarity, so they never move
+T) and whether they are served: off while that estimate is clearly over the target.
 Everything here is pure: no I/O, no clock.
 """
 
@@ -144,3 +147,39 @@ class ThresholdController:
 
     def _clamp(self, value: float) -> float:
         return min(self._config.threshold_max, max(self._config.threshold_min, value))
+
+
+class LemmaHitSwitch:
+    """Whether lemma-key hits are served, decided by their own verified false-hit rate.
+
+    Lemma hits have no similarity, so their verifications feed this estimate only, never the
+    semantic threshold. Off once the estimate's 95% interval lies above
+    `verify.target_false_hit_rate` (the lookup then skips the lemma key and goes on to the
+    semantic tier); on again once the rate itself is back at or under the target. The gap
+    between the two is hysteresis: a rate near the target does not flip the switch at every
+    verification. While off, the matches held back are still sampled for verification (see
+    proxy/answering/verifier.py), or nothing could ever bring lemma hits back."""
+
+    def __init__(self, config: VerifyConfig) -> None:
+        self._target = config.target_false_hit_rate
+        self._serving = True
+        self.estimator = FalseHitEstimator()
+        # Lemma hits served before their answer check could run, and refused by it afterwards.
+        # Not in the estimate: those are no random sample of lemma hits (like complaints).
+        self.refused_after_serving = 0
+
+    @property
+    def serving(self) -> bool:
+        return self._serving
+
+    def record(self, agreed: bool) -> None:
+        """One verification of a lemma match (served, or held back while off)."""
+        self.estimator.record(agreed)
+        estimate = self.estimator.estimate()
+        if self._serving and estimate.low > self._target:
+            self._serving = False
+        elif not self._serving and estimate.rate <= self._target:
+            self._serving = True
+
+    def record_refused_after_serving(self) -> None:
+        self.refused_after_serving += 1
