@@ -148,6 +148,24 @@ class VerifyConfig:
         ge=0,
     )
     lower_step: float = setting(0.002, "how far one agreement may lower an entry's threshold", ge=0)
+    # Learning from misses (docs/calibration.md "Learned thresholds").
+    learn_distance: float = setting(
+        0.05,
+        "a miss this close under its nearest guard-passing entry's threshold may teach that entry"
+        " a lower threshold of its own (when the fresh answer agrees), never lower than the global"
+        " threshold minus this; 0 turns learning off",
+        ge=0,
+        le=0.2,
+    )
+    learn_step: float = setting(
+        0.01, "how far one agreeing near-miss may lower an entry's learned threshold", ge=0
+    )
+    learned_sample_share: float = setting(
+        0.25,
+        "share of hits served through a learned threshold re-asked upstream to check them",
+        ge=0,
+        le=1,
+    )
     answer_agreement: float = setting(
         0.85, "answer-embedding cosine from which two answers agree", ge=-1, le=1
     )

@@ -60,6 +60,9 @@ class Entry:
     # This entry's own similarity floor (tiers/policies/thresholds.py): raised by disagreements,
     # lowered by agreements. A candidate needs max(global threshold, floor).
     threshold: float = 0.0
+    # A lower threshold learned from near-misses whose fresh answers agreed with this entry's
+    # (tiers/policies/thresholds.py); None: none learned, the usual threshold applies.
+    learned_threshold: float | None = None
     # The answer's token counts (from its usage), for the tokens-saved statistics.
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -129,6 +132,17 @@ class Lookup:
     tier: TierName
     match: MatchKind
     similarity: float | None = None
+    # A semantic hit served only through the entry's learned threshold (under its usual one).
+    learned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NearMiss:
+    """A miss's nearest candidate that passed the meaning guards but fell under its threshold
+    by at most `verify.learn_distance`: the entry that may learn from the miss's fresh answer."""
+
+    entry_id: str
+    similarity: float
 
 
 @dataclass(frozen=True, slots=True)

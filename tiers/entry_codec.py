@@ -43,6 +43,7 @@ def encode_meta(entry: Entry) -> bytes:
         "certainty": entry.certainty,
         "feedback": list(entry.feedback),
         "threshold": entry.threshold,
+        "learned_threshold": entry.learned_threshold,
         "prompt_tokens": entry.prompt_tokens,
         "completion_tokens": entry.completion_tokens,
     }
@@ -95,6 +96,7 @@ def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:
             f"entry record has format version {meta.get('v')!r}, not {ENTRY_FORMAT_VERSION}"
         )
     analysis = get.get(ANALYSIS)
+    learned = meta.get("learned_threshold")
     try:
         return Entry(
             entry_id=meta["id"],
@@ -113,6 +115,8 @@ def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:
             certainty=float(meta["certainty"]),
             feedback=tuple(float(x) for x in meta["feedback"]),
             threshold=float(meta["threshold"]),
+            # Records written before learned thresholds existed carry none.
+            learned_threshold=None if learned is None else float(learned),
             prompt_tokens=int(meta.get("prompt_tokens", 0)),
             completion_tokens=int(meta.get("completion_tokens", 0)),
             analysis=analysis.decode() if analysis is not None else None,

@@ -36,6 +36,7 @@ from tiers.base import (
     Lookup,
     LookupExplanation,
     MatchKind,
+    NearMiss,
     TierName,
 )
 from tiers.policies.thresholds import LemmaHitSwitch
@@ -63,6 +64,8 @@ class LookupOutcome:
     # A lemma-key match not served because lemma hits are off: the caller may still verify it,
     # so that the estimate which turned them off can turn them on again.
     held_back_lemma: Lookup | None = None
+    # With learning on, a miss's near-miss: its entry may learn from the fresh answer.
+    near_miss: NearMiss | None = None
 
 
 class CacheService:
@@ -74,6 +77,7 @@ class CacheService:
         semantic: SemanticIndex | None = None,
         replication: Replication | None = None,
         lemma_hits: LemmaHitSwitch | None = None,
+        learning: bool = False,
     ) -> None:
         self._tiers = list(tiers)
         first = self._tiers[0] if self._tiers else None
@@ -86,6 +90,9 @@ class CacheService:
         self._replication: Replication = replication or NoReplication()
         # Whether lemma-key matches are served (fed by the verifier); without one, always.
         self._lemma_hits = lemma_hits or LemmaHitSwitch(VerifyConfig())
+        # Near-misses are noted for learning (`verify.learn_distance` > 0): each semantic
+        # search then keeps notes, and checks the guards of one candidate under its threshold.
+        self._learning = learning
 
     async def _publish(self, event: ReplicationEvent) -> None:
         try:
@@ -115,18 +122,18 @@ class CacheService:
         without one, nothing waits. With `explain`, the outcome says why it hit or missed
         (without, nothing is noted: an exact hit costs no extra coroutine)."""
         pacer = pacer or Unpaced()
-        notes = NearestNotes() if explain else None
+        notes = NearestNotes() if explain or self._learning else None
         now = self._clock.time()
         hit, stale = self._memory_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s
         )
         if hit is not None:
-            return _outcome(hit, stale, features, notes)
+            return _outcome(hit, stale, features, notes, explain)
         hit, stale = await self._kv_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s, stale
         )
         if hit is not None or not features.semantic_allowed():
-            return _outcome(hit, stale, features, notes)
+            return _outcome(hit, stale, features, notes, explain)
         analysis = await features.analysis()
         # The features of a whole batch of lookups arrive in one loop iteration; what each
         # does with them waits for a turn of its own.
@@ -147,13 +154,13 @@ class CacheService:
                 # the prompt's embedding (it is not ready: the check runs after the response).
                 vector = features.vector_if_ready()
                 if vector is None:
-                    return _outcome(hit, stale, features, notes, answer_check_due=True)
+                    return _outcome(hit, stale, features, notes, explain, answer_check_due=True)
                 if not await self._semantic.contradicts(
                     request.partition, vector, analysis.analysis, hit.entry.entry_id, pacer=pacer
                 ):
-                    return _outcome(hit, stale, features, notes)
+                    return _outcome(hit, stale, features, notes, explain)
         hit = await self._semantic_lookup(request, features, now, max_age_s, pacer, notes)
-        return _outcome(hit, stale, features, notes, held_back_lemma=held_back)
+        return _outcome(hit, stale, features, notes, explain, held_back_lemma=held_back)
 
     def _memory_lookup(
         self, request: CacheRequest, key: str, match: MatchKind, now: float, max_age_s: float | None
@@ -217,7 +224,13 @@ class CacheService:
             if entry is None or entry.partition != request.partition:
                 continue
             if self._acceptable(entry, now, max_age_s):
-                return Lookup(entry, TierName.SEMANTIC, MatchKind.SEMANTIC, candidate.similarity)
+                return Lookup(
+                    entry,
+                    TierName.SEMANTIC,
+                    MatchKind.SEMANTIC,
+                    candidate.similarity,
+                    candidate.learned,
+                )
         return None
 
     async def contradicted(
@@ -376,12 +389,15 @@ def _outcome(
     stale: Lookup | None,
     features: PromptFeatures,
     notes: NearestNotes | None,
+    explain: bool,
     answer_check_due: bool = False,
     held_back_lemma: Lookup | None = None,
 ) -> LookupOutcome:
-    """What `lookup` returns: with its explanation when it was asked for one (`notes`)."""
-    explanation = None if notes is None else _explanation(hit, features, notes)
-    return LookupOutcome(hit, stale, explanation, answer_check_due, held_back_lemma)
+    """What `lookup` returns: with its explanation when it was asked for one, and a miss's
+    near-miss when learning is on (both from `notes`)."""
+    explanation = None if notes is None or not explain else _explanation(hit, features, notes)
+    near_miss = None if notes is None or hit is not None else notes.near_miss
+    return LookupOutcome(hit, stale, explanation, answer_check_due, held_back_lemma, near_miss)
 
 
 def _explanation(

@@ -3,7 +3,8 @@ fresh answer.
 
     store rule ─▶ build the entry (prompt analysis and embedding) ─▶ CacheService.store:
         in-process tier and semantic index at once ─▶ answer embedding ─▶ shared tiers (Redis)
-        and one replication event, the entry written once, with it
+        and one replication event, the entry written once, with it ─▶ a near-miss's
+        neighbour learns from the answer embedding (proxy/answering/miss_learning.py)
 
 The answer's embedding (what the semantic tier compares neighbours' answers with) is computed
 inside the store, so the shared tiers are written once, with it, and other replicas hear of the
@@ -25,7 +26,9 @@ from core.tracing import NoopTracer, StageTracer
 from normalize.keys.request import CacheRequest
 from normalize.prompt_features import PromptFeatures
 from proxy.answering.entry_builder import EntryBuilder
+from proxy.answering.miss_learning import MissLearner
 from proxy.answering.store_rule import StoreRule
+from tiers.base import NearMiss
 from tiers.service import CacheService
 
 
@@ -42,6 +45,9 @@ class Answer:
     # Logprobs the request did not ask for (Deja added them, or a warm-up line carries them):
     # they set the TTL, and are not kept.
     strip_logprobs: bool = False
+    # A miss's nearest guard-passing neighbour just under its threshold: it learns from this
+    # answer (proxy/answering/miss_learning.py). None for anything but such a miss.
+    near_miss: NearMiss | None = None
 
 
 class AnswerStore:
@@ -52,12 +58,14 @@ class AnswerStore:
         rule: StoreRule,
         turns: Pacer,
         tracer: StageTracer | None = None,
+        learner: MissLearner | None = None,
     ) -> None:
         self._service = service
         self._entries = entries
         self._rule = rule
         self._turns = turns
         self._tracer = tracer or NoopTracer()
+        self._learner = learner
 
     async def store(self, answer: Answer) -> NotStoredReason | OtherFinishReason | None:
         """Store `answer` when the store rule allows it and it fits: None when stored, else why
@@ -80,7 +88,15 @@ class AnswerStore:
             if entry is None:
                 return NotStoredReason.TOO_LARGE
             await self._turns.step()
-            await self._service.store(
-                entry, answer_vector=lambda: self._entries.answer_vector(entry, answer.completion)
-            )
+            fresh_vector: bytes | None = None
+
+            async def answer_vector() -> bytes | None:
+                # Kept for the near-miss's neighbour, which learns from it after the store.
+                nonlocal fresh_vector
+                fresh_vector = await self._entries.answer_vector(entry, answer.completion)
+                return fresh_vector
+
+            await self._service.store(entry, answer_vector=answer_vector)
+            if answer.near_miss is not None and self._learner is not None:
+                await self._learner.learn(answer.near_miss, fresh_vector)
         return None

@@ -26,6 +26,7 @@ from proxy.answering.flights import Flight, FlightBody, FlightChunk, FlightEnd, 
 from proxy.answering.gate import UpstreamGate
 from proxy.protocol.sse import DONE, CompletionAssembler, SseParser
 from proxy.upstream.client import UpstreamRequest, UpstreamResponse
+from tiers.base import NearMiss
 
 _log = logging.getLogger("deja.upstream")
 
@@ -42,6 +43,8 @@ class CallPlan:
     # The client's request as it was, sent instead when an upstream rejects Deja's additions
     # (logprobs) with a 4xx; None when nothing was added.
     plain_upstream: UpstreamRequest | None = None
+    # The miss's near-miss (tiers.base.NearMiss): its entry learns from the stored answer.
+    near_miss: NearMiss | None = None
 
 
 class UpstreamCaller:
@@ -95,6 +98,7 @@ class UpstreamCaller:
                 completion,
                 plan.store_ttl_cap_s,
                 plan.added_logprobs,
+                plan.near_miss,
             )
         )
         if refusal is not None:

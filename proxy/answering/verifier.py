@@ -8,7 +8,11 @@ and arguments), then by answer-embedding cosine (≥ `verify.answer_agreement` a
 answer's embedding is the one the semantic tier holds, when attached).
 
 A semantic hit's outcome feeds the threshold controller and the false-hit estimate, and moves
-the entry's own floor. A lemma hit's feeds the lemma estimate only (`LemmaHitSwitch`: lemma hits
+the entry's own floor. A hit served only through its entry's learned threshold (learned from
+near-misses, proxy/answering/miss_learning.py) is sampled at `verify.learned_sample_share`
+instead, feeds an estimate of its own (`ThresholdController.learned_estimator`), never the
+global one or the global threshold, and a disagreement also drops that learned threshold.
+A lemma hit's feeds the lemma estimate only (`LemmaHitSwitch`: lemma hits
 have no similarity to move a threshold with), and a disagreement drops the entry's lemma key, so
 the same mistake is not made twice (the entry stays for its exact key and semantic lookups).
 While lemma hits are off, the matches held back are sampled the same way, after their answer
@@ -95,9 +99,12 @@ class Verifier:
         `verify.store_disagreeing` is on. A match whose `refused_by_check` says it would not
         have been served is no evidence: nothing is asked upstream for it."""
         assert lookup.match is not MatchKind.EXACT, "exact hits are not verified"
-        if self._config.sample_share <= 0 or len(self._tasks) >= self._config.max_inflight:
+        # Hits served only through a learned threshold rest on evidence that is no uniform
+        # sample: they are checked more often, into an estimate of their own.
+        share = self._config.learned_sample_share if lookup.learned else self._config.sample_share
+        if share <= 0 or len(self._tasks) >= self._config.max_inflight:
             return False
-        if self._rng.random() >= self._config.sample_share:
+        if self._rng.random() >= share:
             return False
         sink = keep_fresh if self._config.store_disagreeing else None
         work = self._verify(lookup, request(), sink, refused_by_check)
@@ -173,12 +180,19 @@ class Verifier:
                 await self._service.drop_lemma_key(lookup.entry.entry_id)
             return
         assert lookup.similarity is not None, "only semantic and lemma hits are verified"
-        self._thresholds.record(agreed)
+        if lookup.learned:
+            self._thresholds.learned_estimator.record(agreed)
+        else:
+            self._thresholds.record(agreed)
         entry = await self._service.get_entry(lookup.entry.entry_id)
         if entry is not None:
             floor = self._thresholds.floor_after(entry.threshold, lookup.similarity, agreed)
-            if floor != entry.threshold:
-                await self._service.replace(replace(entry, threshold=floor))
+            # A wrong hit through a learned threshold takes the learned threshold back at once.
+            learned = entry.learned_threshold if agreed or not lookup.learned else None
+            if floor != entry.threshold or learned != entry.learned_threshold:
+                await self._service.replace(
+                    replace(entry, threshold=floor, learned_threshold=learned)
+                )
 
     async def _ask(self, request: UpstreamRequest) -> dict[str, Any] | None:
         async with self._gate.call(request) as response:

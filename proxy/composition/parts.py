@@ -34,6 +34,7 @@ from proxy.answering.entry_builder import EntryBuilder
 from proxy.answering.feedback import ServedRequests
 from proxy.answering.flights import FlightRegistry
 from proxy.answering.gate import UpstreamGate
+from proxy.answering.miss_learning import MissLearner
 from proxy.answering.store_rule import StoreRule
 from proxy.answering.verifier import Verifier
 from proxy.composition.report import gauges_of
@@ -218,7 +219,15 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             indexes=semantic_index,
         )
     tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
-    service = CacheService(tiers, clock, recorder, semantic, replication, lemma_hits)
+    service = CacheService(
+        tiers,
+        clock,
+        recorder,
+        semantic,
+        replication,
+        lemma_hits,
+        learning=semantic is not None and thresholds.learning,
+    )
     return StoreParts(
         recorder=recorder,
         lru=lru,
@@ -283,6 +292,7 @@ def build_proxy(
             StoreRule(config.cache.store_truncated),
             upstream.store_turns,
             telemetry.tracer,
+            MissLearner(store.service, store.thresholds),
         ),
         verifier=Verifier(
             config.verify,

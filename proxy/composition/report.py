@@ -66,6 +66,11 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
     g["false_hit_rate_lemma_high"] = lemma.high
     g["verified_lemma_hits"] = lemma.verified
     g["lemma_hits_on"] = 1.0 if store.lemma_hits.serving else 0.0
+    learned = store.thresholds.learned_estimator.estimate()
+    g["false_hit_rate_learned"] = learned.rate
+    g["false_hit_rate_learned_low"] = learned.low
+    g["false_hit_rate_learned_high"] = learned.high
+    g["verified_learned_hits"] = learned.verified
     return g
 
 
@@ -155,6 +160,7 @@ async def stats(parts: ProxyParts) -> dict[str, Any]:
             "fresh_answers_kept": parts.verifier.kept,
         },
         "false_hits_lemma": _lemma_false_hits(parts),
+        "false_hits_learned": _learned_false_hits(parts),
         "breaker": {"state": str(breaker.state), "trips": breaker.trips},
         "redis": _redis(parts),
     }
@@ -175,6 +181,22 @@ def _lemma_false_hits(parts: ProxyParts) -> dict[str, Any]:
         # dropped); and served with no check at all, the late checks' pool being full.
         "refused_after_serving": switch.refused_after_serving,
         "unchecked": parts.verifier.late_checks_skipped,
+    }
+
+
+def _learned_false_hits(parts: ProxyParts) -> dict[str, Any]:
+    """The estimate of hits served through a learned threshold, and the near-misses that
+    taught (agreed) or reset (disagreed) learned thresholds."""
+    thresholds = parts.store.thresholds
+    estimate = thresholds.learned_estimator.estimate()
+    return {
+        "verified": estimate.verified,
+        "wrong": estimate.wrong,
+        "rate": estimate.rate,
+        "interval_95": [estimate.low, estimate.high],
+        "target": parts.config.verify.target_false_hit_rate,
+        "near_misses_agreed": thresholds.near_misses_agreed,
+        "near_misses_disagreed": thresholds.near_misses_disagreed,
     }
 
 

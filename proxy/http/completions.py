@@ -40,7 +40,7 @@ from proxy.http.responses import (
     new_response_id,
     write_replay,
 )
-from tiers.base import Lookup, LookupExplanation, MatchKind
+from tiers.base import Lookup, LookupExplanation, MatchKind, NearMiss
 from tiers.service import CacheService, LookupOutcome
 
 
@@ -122,7 +122,7 @@ class CompletionHandler:
             ctx.coalesced = True
             self._recorder.coalesced()
         else:
-            plan = self._plan(read, store)
+            plan = self._plan(read, store, outcome.near_miss)
             flight = Flight(
                 creq.exact_key, _new_entry_id(creq), creq.stream, store, plan.added_logprobs
             )
@@ -210,7 +210,7 @@ class CompletionHandler:
             return await write_replay(request, ctx, completion, creq)
         return json_response(orjson.dumps(completion), ctx)
 
-    def _plan(self, read: ReadRequest, store: bool) -> CallPlan:
+    def _plan(self, read: ReadRequest, store: bool, near_miss: NearMiss | None) -> CallPlan:
         creq, body = read.cache, read.body
         upstream_body = dict(body)
         if creq.stream:
@@ -236,6 +236,7 @@ class CompletionHandler:
             store_ttl_cap_s=read.directives.store_ttl_cap_s,
             added_logprobs=added,
             plain_upstream=read.upstream_request(plain_body) if added else None,
+            near_miss=near_miss,
         )
 
 

@@ -21,6 +21,15 @@ the entry's own floor). Two things move with it:
 A candidate's effective threshold is max(T, its floor), clamped to [threshold_min,
 threshold_max]. Entries start with no floor of their own (floor = threshold_min).
 
+* Each entry's learned threshold (none at first). A miss whose nearest guard-passing entry fell
+  within `learn_distance` under its threshold went upstream anyway; when the fresh answer agrees
+  with that entry's, the pair meant the same, so the entry's learned threshold steps toward the
+  similarity seen, by at most `learn_step`, never below T − learn_distance nor threshold_min. A
+  disagreement (there, or in a verification of a hit it served) drops it at once. Where set, the
+  effective threshold is the smaller of the above and the learned one. This evidence is no
+  uniform sample of hits, so it moves neither T nor the estimate; hits served through a learned
+  threshold get an estimate of their own (`learned_estimator`), sampled at a higher share.
+
 `FalseHitEstimator` keeps the verified counts and gives the rate with a Wilson 95% interval.
 Only verifications feed it (and the global threshold): they are a uniform random sample of
 semantic hits; complaints are not (nobody reports the hits that were right).
@@ -93,7 +102,12 @@ class ThresholdController:
         self._down = _UP_STEP * self._aim / (1 - self._aim)
         self._recent: deque[bool] = deque(maxlen=_RECENT)  # True: a disagreement
         self.estimator = FalseHitEstimator()
+        # Hits served only through a learned threshold: never in `estimator` (see the top).
+        self.learned_estimator = FalseHitEstimator()
         self.complaints = 0
+        # Near-misses whose fresh answer agreed with their neighbour's, and those that did not.
+        self.near_misses_agreed = 0
+        self.near_misses_disagreed = 0
 
     @property
     def global_threshold(self) -> float:
@@ -108,8 +122,35 @@ class ThresholdController:
         """Whether two answers whose embeddings have this cosine say the same thing."""
         return cosine >= self._config.answer_agreement
 
-    def effective(self, entry_floor: float) -> float:
-        return self._clamp(max(self._global, entry_floor))
+    @property
+    def learning(self) -> bool:
+        """Whether near-misses may teach entries a learned threshold (`verify.learn_distance`)."""
+        return self._config.learn_distance > 0
+
+    @property
+    def learning_reach(self) -> float:
+        """How far under its threshold a near-miss may fall and still teach its entry."""
+        return self._config.learn_distance
+
+    def effective(self, entry_floor: float, learned: float | None = None) -> float:
+        """The similarity a candidate needs: max(T, its floor), or its learned threshold where
+        that is lower (kept within T − learn_distance, since T moves after it was learned)."""
+        usual = self._clamp(max(self._global, entry_floor))
+        if learned is None:
+            return usual
+        return min(usual, max(learned, self._lowest_learned()))
+
+    def learned_after(self, learned: float | None, similarity: float, agreed: bool) -> float | None:
+        """An entry's learned threshold after a near-miss at `similarity` whose fresh answer
+        agreed with the entry's, or not (None: no learned threshold, the usual one applies)."""
+        if not agreed:
+            return None
+        start = self._global if learned is None else min(learned, self._global)
+        lowered = max(start - self._config.learn_step, similarity, self._lowest_learned())
+        return lowered if lowered < self._global else learned
+
+    def _lowest_learned(self) -> float:
+        return max(self._config.threshold_min, self._global - self._config.learn_distance)
 
     def record_complaint(self) -> None:
         """Negative feedback on a semantic hit. It raises that entry's floor (`floor_after`)
@@ -117,6 +158,14 @@ class ThresholdController:
         sample, and any client key may send them, so one tenant could otherwise push the
         threshold every tenant shares to its maximum with a handful of requests."""
         self.complaints += 1
+
+    def record_near_miss(self, agreed: bool) -> None:
+        """A near-miss's answer compared with its neighbour's: counted, never in the estimate
+        or T (near-misses are no sample of hits); `learned_after` moves the entry."""
+        if agreed:
+            self.near_misses_agreed += 1
+        else:
+            self.near_misses_disagreed += 1
 
     def record(self, agreed: bool) -> None:
         """One verification outcome: the estimate and the global threshold."""

@@ -10,7 +10,7 @@ import numpy as np
 from core.pacing import Pacer
 from core.recorder import GuardName
 from normalize.meaning.signature import Analysis
-from tiers.base import Entry, Invalidation
+from tiers.base import Entry, Invalidation, NearMiss
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,9 @@ class SemanticCandidate:
 
     entry_id: str
     similarity: float
+    # Served only through the entry's learned threshold (under the usual one): such hits are
+    # verified at a share of their own, into an estimate of their own.
+    learned: bool = False
 
 
 @dataclass(slots=True)
@@ -33,11 +36,19 @@ class NearestNotes:
     similarity: float | None = None
     threshold: float | None = None
     refused: GuardName | None = None
+    # With learning on: the nearest candidate that passed the guards but fell under its
+    # threshold by at most `verify.learn_distance`. Its entry may learn from this miss's answer.
+    near_miss: NearMiss | None = None
 
     def saw(self, similarity: float, threshold: float, refused: GuardName | None) -> None:
         """A candidate turned down before the answer check: noted when it is the nearest."""
         if self.similarity is None:
             self.similarity, self.threshold, self.refused = similarity, threshold, refused
+
+    def missed_near(self, entry_id: str, similarity: float) -> None:
+        """A guard-passing candidate just under its threshold: noted when it is the first."""
+        if self.near_miss is None:
+            self.near_miss = NearMiss(entry_id, similarity)
 
     def decided(self, similarity: float, threshold: float, refused: GuardName | None) -> None:
         """The candidate that was served (`refused` None) or refused by the answer check."""

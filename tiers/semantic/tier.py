@@ -55,6 +55,7 @@ class _Indexed:
     partition: str
     vector_id: int
     threshold: float
+    learned_threshold: float | None
     expires_at: float
     hard_expires_at: float
     tenant: str
@@ -132,11 +133,13 @@ class SemanticTier:
             threshold = (
                 threshold_override
                 if threshold_override is not None
-                else self._thresholds.effective(item.threshold)
+                else self._thresholds.effective(item.threshold, item.learned_threshold)
             )
             if similarity < threshold:
                 if notes is not None:
                     notes.saw(similarity, threshold, None)
+                    if not relaxed:
+                        await self._note_near_miss(query, item, similarity, threshold, notes, pacer)
                 continue
             refused = await self._refusing_guard(query, item, pacer)
             if refused is not None:
@@ -152,8 +155,28 @@ class SemanticTier:
             if notes is not None:
                 notes.decided(similarity, threshold, None)
             self._recency.move_to_end(item.entry_id)
-            return [SemanticCandidate(item.entry_id, similarity)]
+            learned = not relaxed and similarity < self._thresholds.effective(item.threshold)
+            return [SemanticCandidate(item.entry_id, similarity, learned)]
         return []
+
+    async def _note_near_miss(
+        self,
+        query: Analysis,
+        item: _Indexed,
+        similarity: float,
+        threshold: float,
+        notes: NearestNotes,
+        pacer: Pacer,
+    ) -> None:
+        """Note `item` when it may learn from this miss: with learning on, the first candidate
+        within `learn_distance` under its threshold that the guards let through. Not counted as
+        a guard rejection when they refuse: nothing was refused, it was no hit anyway."""
+        if notes.near_miss is not None or not self._thresholds.learning:
+            return
+        if threshold - similarity > self._thresholds.learning_reach:
+            return
+        if (await self._guards(query, item.analysis, pacer)).agree:
+            notes.missed_near(item.entry_id, similarity)
 
     async def contradicts(
         self,
@@ -280,6 +303,7 @@ class SemanticTier:
             entry.partition,
             vector_id,
             entry.threshold,
+            entry.learned_threshold,
             entry.expires_at,
             entry.hard_expires_at,
             entry.tenant,
@@ -304,6 +328,7 @@ class SemanticTier:
         item = self._entries.get(entry.entry_id)
         if item is not None:
             item.threshold = entry.threshold
+            item.learned_threshold = entry.learned_threshold
             item.expires_at = entry.expires_at
             item.hard_expires_at = entry.hard_expires_at
             if item.answer is None:
