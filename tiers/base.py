@@ -151,10 +151,10 @@ class LookupExplanation:
     nearest semantic candidate, never anything of its entry's text.
 
     `similarity` is the nearest candidate's cosine and `threshold` the one it needed (the larger
-    of the global threshold and its entry's floor). `refused` names the guard or check that
-    turned it down (a `GuardName`), or why no candidate was looked at (a `SemanticSkip`); absent
-    when the candidate was below its threshold (then similarity < threshold says so). `served`
-    is the match a hit was served by.
+    of the global threshold and its entry's floor, or its learned threshold where that is lower).
+    `refused` names the guard or check that turned it down (a `GuardName`), or why no candidate
+    was looked at (a `SemanticSkip`); absent when the candidate was below its threshold (then
+    similarity < threshold says so). `served` is the match a hit was served by.
     """
 
     similarity: float | None = None

@@ -1,9 +1,10 @@
 """The similarity tier: one FAISS index per partition, meaning guards on every candidate.
 
 A candidate answers the query only when its cosine reaches its effective threshold (the larger
-of the global threshold and the entry's own floor, see tiers/policies/thresholds.py; or the relaxed
-threshold of a degraded lookup) and the meaning guards agree that the two prompts ask
-the same thing: same negation parity, numbers with units, entities, compatible roles.
+of the global threshold and the entry's own floor, or its learned threshold where lower, see
+tiers/policies/thresholds.py; or the relaxed threshold of a degraded lookup) and the meaning
+guards agree that the two prompts ask the same thing: same negation parity, numbers with
+units, entities, compatible roles.
 
 And only when its answer is not contradicted nearby (`semantic.answer_margin`): if another
 neighbour within that margin of the best cosine also passes the guards but was answered
