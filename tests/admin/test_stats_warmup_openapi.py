@@ -90,6 +90,29 @@ async def test_stats_give_the_lemma_hits_their_own_estimate_and_whether_they_are
     assert (await client.admin("GET", "stats")).body["false_hits"]["verified"] == 0
 
 
+async def test_stats_give_learned_hits_their_own_estimate(
+    proxy_factory: ProxyFactory, session: aiohttp.ClientSession
+) -> None:
+    proxy = await proxy_factory(**admin_sections())
+    client = Client(session, proxy)
+    assert (await client.admin("GET", "stats")).body["false_hits_learned"] == {
+        "verified": 0,
+        "wrong": 0,
+        "rate": 0.0,
+        "interval_95": [0.0, 1.0],
+        "target": 0.01,
+        "near_misses_agreed": 0,
+        "near_misses_disagreed": 0,
+    }
+    thresholds = proxy.app[PARTS].store.thresholds
+    thresholds.learned_estimator.record(False)
+    thresholds.record_near_miss(agreed=True)
+    stats = (await client.admin("GET", "stats")).body
+    learned = stats["false_hits_learned"]
+    assert (learned["verified"], learned["wrong"], learned["near_misses_agreed"]) == (1, 1, 1)
+    assert stats["false_hits"]["verified"] == 0
+
+
 def line(question: str, answer: str, **extra: Any) -> bytes:
     request = {"model": "m", "messages": [{"role": "user", "content": question}]}
     response = {

@@ -62,6 +62,24 @@ async def test_the_lemma_hits_estimate_and_switch_are_gauges(proxy_factory: Prox
     assert "deja_verified_lemma_hits 2.0" in lines
 
 
+async def test_the_learned_hits_estimate_is_a_gauge_of_its_own(proxy_factory: ProxyFactory) -> None:
+    proxy = await proxy_factory()
+
+    async def scrape() -> list[str]:
+        async with aiohttp.ClientSession() as s, s.get(proxy.url("/metrics")) as r:
+            assert r.status == 200
+            return (await r.text()).splitlines()
+
+    lines = await scrape()
+    assert "deja_false_hit_rate_learned 0.0" in lines
+    assert "deja_false_hit_rate_learned_high 1.0" in lines
+    proxy.app[PARTS].store.thresholds.learned_estimator.record(False)
+    lines = await scrape()
+    assert "deja_false_hit_rate_learned 1.0" in lines
+    assert "deja_verified_learned_hits 1.0" in lines
+    assert "deja_verified_hits 0.0" in lines
+
+
 async def test_readyz_reports_breaker_and_redis(proxy_factory: ProxyFactory) -> None:
     proxy = await proxy_factory()
     async with aiohttp.ClientSession() as s, s.get(proxy.url("/readyz")) as r:
