@@ -20,13 +20,13 @@ from core.clock import ManualClock
 from core.config import CacheConfig, DegradeConfig, LruKConfig, TtlConfig, UpstreamConfig
 from core.errors import UpstreamProtocolError
 from core.pacing import LoopTurns
-from core.recorder import CacheRecorder
+from core.recorder import CacheRecorder, NotStoredReason, OtherFinishReason
 from core.semantic_config import SemanticConfig, VerifyConfig
 from fallback.breaker import AlwaysClosedBreaker
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import NoFeatures
 from proxy.answering.admission import AdmissionControl
-from proxy.answering.answer_store import AnswerStore
+from proxy.answering.answer_store import Answer, AnswerStore
 from proxy.answering.entry_builder import EntryBuilder
 from proxy.answering.flight_call import CallPlan, UpstreamCaller
 from proxy.answering.flights import (
@@ -53,6 +53,7 @@ from tests.support.fake_upstream import (
     json_reply,
     sse_reply,
 )
+from tiers.base import NearMiss
 from tiers.lru_k import LruKTier
 from tiers.policies.thresholds import ThresholdController
 from tiers.policies.ttl import TtlPolicy
@@ -93,6 +94,18 @@ def plan(stream: bool, store: bool = True) -> CallPlan:
     return CallPlan(cache_request(stream), upstream, NoFeatures(), store, None, False)
 
 
+class RecordedAnswers(AnswerStore):
+    """The real answer store, remembering each answer it was handed."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.handed: list[Answer] = []
+
+    async def store(self, answer: Answer) -> NotStoredReason | OtherFinishReason | None:
+        self.handed.append(answer)
+        return await super().store(answer)
+
+
 @dataclass
 class Call:
     """A flight's call against a scripted upstream, and where its answer may be stored."""
@@ -112,8 +125,8 @@ class Call:
         entries = EntryBuilder(
             CacheConfig(), DegradeConfig(), SemanticConfig(), ttl, thresholds, self.clock
         )
-        answers = AnswerStore(self.service, entries, StoreRule(), LoopTurns())
-        self.caller = UpstreamCaller(gate, answers, self.recorder, LoopTurns())
+        self.answers = RecordedAnswers(self.service, entries, StoreRule(), LoopTurns())
+        self.caller = UpstreamCaller(gate, self.answers, self.recorder, LoopTurns())
 
     async def run(self, plan: CallPlan) -> list[FlightEvent]:
         """Runs the call to its end as the registry runs it; the events the waiters saw."""
@@ -159,6 +172,15 @@ async def test_a_whole_miss_is_relayed_as_one_body_and_stored() -> None:
     body = events[1]
     assert isinstance(body, FlightBody) and json.loads(body.raw) == chat_completion(ANSWER)
     assert await call.stored_answer() == ANSWER
+
+
+async def test_a_misses_near_miss_goes_with_its_answer_to_the_store() -> None:
+    # The entry it names learns from the answer there (tests/unit/test_miss_learning.py).
+    call = scripted(json_reply(chat_completion(ANSWER)))
+    near = NearMiss(TAG + "-neighbour", 0.87)
+    await call.run(replace(plan(stream=False), near_miss=near))
+    [handed] = call.answers.handed
+    assert handed.near_miss == near and await call.stored_answer() == ANSWER
 
 
 async def test_a_stream_that_breaks_off_fails_its_waiters_and_is_not_stored() -> None:
