@@ -17,28 +17,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from core.clock import Clock
 from core.errors import TierUnavailable
 from core.pacing import Pacer, Unpaced
-from core.recorder import CacheRecorder, GuardName
+from core.recorder import CacheRecorder
 from core.semantic_config import VerifyConfig
 from normalize.keys.request import CacheRequest
-from normalize.prompt_features import PromptFeatures, SemanticSkip
+from normalize.prompt_features import PromptFeatures
 from tiers.base import (
     CacheTier,
     Entry,
     InProcessTier,
     Invalidation,
     Lookup,
-    LookupExplanation,
     MatchKind,
-    NearMiss,
     TierName,
 )
+from tiers.lookup_outcome import LookupOutcome, lookup_outcome
 from tiers.policies.thresholds import LemmaHitSwitch
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
 from tiers.semantic.protocol import NearestNotes, NullSemanticIndex, SemanticIndex
@@ -47,25 +46,6 @@ _log = logging.getLogger("deja.cache")
 
 # Computes an answer's embedding (None: nothing to embed, or the check is off).
 AnswerVector = Callable[[], Awaitable[bytes | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class LookupOutcome:
-    hit: Lookup | None = None
-    # The best entry that was found but is not fresh enough to be a hit (expired within its
-    # grace period, or older than the request's max-age): material for a degraded answer.
-    stale: Lookup | None = None
-    # Why it hit or missed, when the caller asked (X-Deja-Explain); None otherwise.
-    explanation: LookupExplanation | None = None
-    # A lemma hit served before its answer check: the prompt's embedding was not computed
-    # yet, and no hit waits for one. The caller runs the check after the response
-    # (`contradicted`, then `drop_lemma_key`).
-    answer_check_due: bool = False
-    # A lemma-key match not served because lemma hits are off: the caller may still verify it,
-    # so that the estimate which turned them off can turn them on again.
-    held_back_lemma: Lookup | None = None
-    # With learning on, a miss's near-miss: its entry may learn from the fresh answer.
-    near_miss: NearMiss | None = None
 
 
 class CacheService:
@@ -128,12 +108,12 @@ class CacheService:
             request, request.exact_key, MatchKind.EXACT, now, max_age_s
         )
         if hit is not None:
-            return _outcome(hit, stale, features, notes, explain)
+            return lookup_outcome(hit, stale, features, notes, explain)
         hit, stale = await self._kv_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s, stale
         )
         if hit is not None or not features.semantic_allowed():
-            return _outcome(hit, stale, features, notes, explain)
+            return lookup_outcome(hit, stale, features, notes, explain)
         analysis = await features.analysis()
         # The features of a whole batch of lookups arrive in one loop iteration; what each
         # does with them waits for a turn of its own.
@@ -154,13 +134,15 @@ class CacheService:
                 # the prompt's embedding (it is not ready: the check runs after the response).
                 vector = features.vector_if_ready()
                 if vector is None:
-                    return _outcome(hit, stale, features, notes, explain, answer_check_due=True)
+                    return lookup_outcome(
+                        hit, stale, features, notes, explain, answer_check_due=True
+                    )
                 if not await self._semantic.contradicts(
                     request.partition, vector, analysis.analysis, hit.entry.entry_id, pacer=pacer
                 ):
-                    return _outcome(hit, stale, features, notes, explain)
+                    return lookup_outcome(hit, stale, features, notes, explain)
         hit = await self._semantic_lookup(request, features, now, max_age_s, pacer, notes)
-        return _outcome(hit, stale, features, notes, explain, held_back_lemma=held_back)
+        return lookup_outcome(hit, stale, features, notes, explain, held_back_lemma=held_back)
 
     def _memory_lookup(
         self, request: CacheRequest, key: str, match: MatchKind, now: float, max_age_s: float | None
@@ -382,34 +364,3 @@ def _found_by(entry: Entry, request: CacheRequest, key: str, match: MatchKind) -
     if entry.partition != request.partition:
         return False
     return match is not MatchKind.LEMMA or entry.lemma_key == key
-
-
-def _outcome(
-    hit: Lookup | None,
-    stale: Lookup | None,
-    features: PromptFeatures,
-    notes: NearestNotes | None,
-    explain: bool,
-    answer_check_due: bool = False,
-    held_back_lemma: Lookup | None = None,
-) -> LookupOutcome:
-    """What `lookup` returns: with its explanation when it was asked for one, and a miss's
-    near-miss when learning is on (both from `notes`)."""
-    explanation = None if notes is None or not explain else _explanation(hit, features, notes)
-    near_miss = None if notes is None or hit is not None else notes.near_miss
-    return LookupOutcome(hit, stale, explanation, answer_check_due, held_back_lemma, near_miss)
-
-
-def _explanation(
-    hit: Lookup | None, features: PromptFeatures, notes: NearestNotes
-) -> LookupExplanation:
-    """What `lookup` tells a client that asked why: an exact or lemma hit says only how it was
-    served; anything else, what the semantic search noted about its nearest candidate, or,
-    when it compared none, why the prompt was never looked at loosely."""
-    if hit is not None and hit.match is not MatchKind.SEMANTIC:
-        return LookupExplanation(served=hit.match)
-    refused: GuardName | SemanticSkip | None = notes.refused
-    if refused is None and notes.similarity is None:
-        refused = features.skip_reason()
-    served = None if hit is None else hit.match
-    return LookupExplanation(notes.similarity, notes.threshold, refused, served)

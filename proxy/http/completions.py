@@ -41,7 +41,8 @@ from proxy.http.responses import (
     write_replay,
 )
 from tiers.base import Lookup, LookupExplanation, MatchKind, NearMiss
-from tiers.service import CacheService, LookupOutcome
+from tiers.lookup_outcome import LookupOutcome
+from tiers.service import CacheService
 
 
 class CompletionHandler:

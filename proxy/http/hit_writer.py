@@ -21,7 +21,7 @@ from proxy.answering.feedback import ServedRecord
 from proxy.http.request_context import CacheOutcome, RequestContext
 from proxy.http.responses import json_response, new_response_id, write_replay
 from tiers.base import Lookup
-from tiers.service import LookupOutcome
+from tiers.lookup_outcome import LookupOutcome
 
 
 def describe_lookup(span: SpanNotes, outcome: LookupOutcome) -> None:

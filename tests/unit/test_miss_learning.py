@@ -42,11 +42,12 @@ from proxy.upstream.client import UpstreamClient, UpstreamRequest
 from tests.support.entries import TAG, make_entry
 from tests.support.fake_upstream import FakeModel, FakeTransport
 from tiers.base import Entry
+from tiers.lookup_outcome import LookupOutcome
 from tiers.lru_k import LruKTier
 from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
 from tiers.policies.ttl import TtlPolicy
 from tiers.semantic.tier import SemanticTier
-from tiers.service import CacheService, LookupOutcome
+from tiers.service import CacheService
 
 DIM = 8
 PARTITION = TAG + "p" * 48
