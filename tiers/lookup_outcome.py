@@ -41,8 +41,9 @@ def lookup_outcome(
     held_back_lemma: Lookup | None = None,
 ) -> LookupOutcome:
     """What `lookup` returns: with its explanation when it was asked for one, and a miss's
-    near-miss when learning is on (both from `notes`)."""
-    explanation = None if notes is None or not explain else _explanation(hit, features, notes)
+    near-miss when learning is on (both from `notes`, which a lookup settled by the exact
+    tiers has none of)."""
+    explanation = _explanation(hit, features, notes or NearestNotes()) if explain else None
     near_miss = None if notes is None or hit is not None else notes.near_miss
     return LookupOutcome(hit, stale, explanation, answer_check_due, held_back_lemma, near_miss)
 

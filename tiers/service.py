@@ -102,18 +102,20 @@ class CacheService:
         without one, nothing waits. With `explain`, the outcome says why it hit or missed
         (without, nothing is noted: an exact hit costs no extra coroutine)."""
         pacer = pacer or Unpaced()
-        notes = NearestNotes() if explain or self._learning else None
         now = self._clock.time()
         hit, stale = self._memory_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s
         )
         if hit is not None:
-            return lookup_outcome(hit, stale, features, notes, explain)
+            return lookup_outcome(hit, stale, features, None, explain)
         hit, stale = await self._kv_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s, stale
         )
         if hit is not None or not features.semantic_allowed():
-            return lookup_outcome(hit, stale, features, notes, explain)
+            return lookup_outcome(hit, stale, features, None, explain)
+        # What the semantic search notes about its nearest candidate, only past the exact
+        # tiers, and only for a caller that asked why or for learning from misses.
+        notes = NearestNotes() if explain or self._learning else None
         analysis = await features.analysis()
         # The features of a whole batch of lookups arrive in one loop iteration; what each
         # does with them waits for a turn of its own.
