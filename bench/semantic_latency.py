@@ -77,7 +77,7 @@ async def in_process(
     await features.start()
     thresholds = ThresholdController(VerifyConfig(), config.threshold)
     tier = SemanticTier(config, MeaningGuard(config), thresholds, SystemClock(), CacheRecorder())
-    tier.set_dimension(features.dim)
+    tier.set_dimension(features.dims["en"])
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     partition = fingerprint(Route.CHAT, body, "bench", "").partition
     # A populated partition to search: other Banking77 prompts, analysed and embedded.

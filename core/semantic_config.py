@@ -14,7 +14,7 @@ from core.settings import setting
 
 # Languages the meaning pipeline reads (normalize/meaning/language.py has a gate for each); others
 # are refused by `semantic.languages` at start rather than by an assert in a worker.
-SEMANTIC_LANGUAGES: tuple[str, ...] = ("en",)
+SEMANTIC_LANGUAGES: tuple[str, ...] = ("en", "zh")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,14 @@ class SemanticConfig:
         "cosine a semantic match needs at first (the controller moves it; see verify)",
         gt=0,
         le=1,
+    )
+    # multilingual-e5-small's cosines crowd into 0.93-1.0: Chinese prompts have a threshold of
+    # their own, mapped onto `threshold` (tiers/policies/similarity_scale.py; docs/chinese.md).
+    threshold_zh: float = setting(
+        0.95,
+        "the cosine of Chinese prompts (multilingual-e5-small) that counts as `threshold`",
+        gt=0,
+        lt=1,
     )
     lemma_key: bool = setting(
         True, "second exact-ish lookup on the lemma skeleton + meaning signature"

@@ -88,6 +88,14 @@ class Entry:
         return self.stored_at + self.ttl_s
 
     @property
+    def language(self) -> str:
+        """The prompt's language, as its analysis says ("en" without one): the embedding model
+        of its vectors, and the scale its cosines are read on."""
+        if self.parsed_analysis is not None:
+            return self.parsed_analysis.language
+        return "en" if self.analysis is None else Analysis.from_wire(self.analysis).language
+
+    @property
     def hard_expires_at(self) -> float:
         """After this nobody may serve the entry, not even as a degraded answer."""
         return self.stored_at + self.ttl_s + self.grace_s
@@ -143,6 +151,7 @@ class NearMiss:
 
     entry_id: str
     similarity: float
+    language: str = "en"  # the prompt's: the model of both answers' embeddings
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,10 @@ class MeaningGuard:
         if not (query.analysable and cached.analysable):
             yield GuardVerdict(False, "language: a text the pipeline cannot read")
             return
+        if query.language != cached.language:
+            # The answers are in different languages (and the vectors from different models).
+            yield GuardVerdict(False, f"language: {query.language} vs {cached.language}")
+            return
         q, c = query.signature, cached.signature
         reason = (
             self._polarity(query, cached)

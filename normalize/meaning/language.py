@@ -1,20 +1,24 @@
-"""Which prompts the configured meaning pipeline can read.
+"""Which prompts the configured meaning pipelines can read, and in which language.
 
-The guards read English through spaCy's English model, and MiniLM is English-centric: measured
-here, 把美元换成欧元 / 把欧元换成美元 ("convert USD to EUR" / "EUR to USD") score 0.993 and
-这个药安全吗？/ 这个药不安全吗？("is this drug (not) safe?") 0.862. A prompt the pipeline cannot
-analyse must use the exact tiers only. The test is cheap (no model):
+Each language has a pipeline of its own (English: spaCy, MiniLM and the English guards; Chinese:
+jieba, cn2an, multilingual-e5-small and the Chinese guards, normalize/meaning/zh/), and a prompt is
+read by at most one of them. Nothing else may match loosely: MiniLM is English-centric (measured
+here, 把美元换成欧元 / 把欧元换成美元, "convert USD to EUR" / "EUR to USD", score 0.993) and the
+English rules misread other languages ("ne … pas", "no es"). The test is cheap (no model):
 
-1. Script: the share of letters in the scripts of the configured languages (Latin for English).
-   Mostly another script (Han, Cyrillic, Arabic, ...) → unsupported.
-2. For Latin-script text, a vote: French, Spanish, German, Italian, Portuguese or Dutch
-   function words, words with diacritics and "¿" / "¡" against English function words. Two or
-   more foreign votes and fewer English ones make it unsupported, because English negation and
-   role rules misread it ("ne … pas", "no es"). A foreign sentence made only of plain content
-   words can still pass; the English pipeline then reads it as well as it can.
+1. Script. Letters are counted by script: Latin, Han (Chinese characters), and the rest. Any
+   kana (Japanese: it shares Han characters with Chinese) or more than a fifth of letters in
+   another script (Cyrillic, Arabic, Hangul, ...) → no pipeline.
+2. Mixed Latin and Han text follows the script of its content words: a Latin word against a
+   Chinese word of about 1.5 characters (the average length of a segmented word), so
+   "如何安装Python 3.11?" is Chinese and "What does 你好 mean?" is English.
+3. English, a vote: French, Spanish, German, Italian, Portuguese or Dutch function words, words
+   with diacritics and "¿" / "¡" against English function words. Two or more foreign votes and
+   fewer English ones make it unreadable. A foreign sentence made only of plain content words
+   can still pass; the English pipeline then reads it as well as it can.
 
-Text without letters (numbers, symbols, code punctuation) is supported: nothing in it is read
-differently in another language.
+Text without letters (numbers, symbols, code punctuation) reads the same in every language: it
+goes to the first configured language.
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# Unicode script names (as they start `unicodedata.name`) each language is written in.
-_SCRIPTS: dict[str, tuple[str, ...]] = {"en": ("LATIN",)}
-# Share of letters that must be in a supported script.
+# Languages with a meaning pipeline, and the Unicode script (as `unicodedata.name` starts) each
+# is written in.
+_SCRIPTS: dict[str, str] = {"en": "LATIN", "zh": "CJK"}
+# Share of letters that must be in the scripts of the configured languages.
 _MIN_SCRIPT_SHARE = 0.8
+# Characters of a segmented Chinese word, on average: one Latin word weighs this many.
+_HAN_CHARS_PER_WORD = 1.5
+_KANA = ("HIRAGANA", "KATAKANA")
 
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?", re.UNICODE)
 
@@ -68,32 +76,53 @@ _ACCENTED = re.compile("[áéíóúâêîôûàèìòùäëïöüñçãõßœ]")
 
 
 class LanguageGate:
-    """Decides whether a prompt may use the lemma key and the semantic tier."""
+    """Decides which configured language's pipeline reads a prompt, if any."""
 
     def __init__(self, languages: tuple[str, ...]) -> None:
         unknown = [lang for lang in languages if lang not in _SCRIPTS]
         assert not unknown, f"no meaning pipeline for {unknown}; known: {sorted(_SCRIPTS)}"
         self._languages = languages
-        self._scripts = tuple({s for lang in languages for s in _SCRIPTS[lang]})
 
     def supports(self, text: str) -> bool:
-        """True when the configured pipeline can read `text` (see the module docstring)."""
+        """True when a configured pipeline can read `text`."""
+        return self.language_of(text) is not None
+
+    def language_of(self, text: str) -> str | None:
+        """The configured language whose pipeline reads `text` (see the module docstring), or
+        None when none can."""
         if not self._languages:
-            return False
+            return None
         text = unicodedata.normalize("NFKC", text)
         if text.isascii():  # fast path: every letter is Latin
-            return "en" not in self._languages or not self._reads_as_foreign(text)
-        letters = supported = 0
+            if not any(ch.isalpha() for ch in text):
+                return self._languages[0]
+            return self._latin_language(text)
+        latin = han = other = 0
         for ch in text:
-            if ch.isalpha():
-                letters += 1
-                if unicodedata.name(ch, "").startswith(self._scripts):
-                    supported += 1
+            if not ch.isalpha():
+                continue
+            name = unicodedata.name(ch, "")
+            if name.startswith("LATIN"):
+                latin += 1
+            elif name.startswith("CJK"):
+                han += 1
+            elif name.startswith(_KANA):
+                return None  # Japanese
+            else:
+                other += 1
+        letters = latin + han + other
         if letters == 0:
-            return True
-        if supported < _MIN_SCRIPT_SHARE * letters:
-            return False
-        return "en" not in self._languages or not self._reads_as_foreign(text)
+            return self._languages[0]
+        if other > (1 - _MIN_SCRIPT_SHARE) * letters:
+            return None
+        if han and han / _HAN_CHARS_PER_WORD >= len(_WORD.findall(_latin_only(text))):
+            return "zh" if "zh" in self._languages else None
+        return self._latin_language(text)
+
+    def _latin_language(self, text: str) -> str | None:
+        if "en" not in self._languages or self._reads_as_foreign(text):
+            return None
+        return "en"
 
     @staticmethod
     def _reads_as_foreign(text: str) -> bool:
@@ -107,3 +136,11 @@ class LanguageGate:
             return False
         english = sum(w in _ENGLISH_FUNCTION_WORDS for w in words)
         return foreign > english
+
+
+def _latin_only(text: str) -> str:
+    """`text` with every non-Latin letter blanked, for counting its Latin words."""
+    return "".join(
+        ch if not ch.isalpha() or unicodedata.name(ch, "").startswith("LATIN") else " "
+        for ch in text
+    )

@@ -69,8 +69,8 @@ class LemmaAnalyzer:
         return self._nlp.vocab
 
     def analysable(self, text: str) -> bool:
-        """Whether `text` gets a real analysis (supported language, not too long)."""
-        return len(text) <= self._max_chars and self._gate.supports(text)
+        """Whether `text` gets a real analysis (English by the language gate, not too long)."""
+        return len(text) <= self._max_chars and self._gate.language_of(text) == "en"
 
     def analyze(self, text: str) -> Analysis:
         if not self.analysable(text):

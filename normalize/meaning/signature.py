@@ -125,6 +125,9 @@ class Analysis:
     # False for a prompt the pipeline cannot read; `opaque_text` then holds its canonical text.
     analysable: bool = True
     opaque_text: str = ""
+    # The pipeline that read the prompt (normalize/meaning/language.py): "en" or "zh". Analyses
+    # of two languages never match: their answers are in different languages.
+    language: str = "en"
 
     @classmethod
     def opaque(cls, canonical: str) -> Analysis:
@@ -138,6 +141,8 @@ class Analysis:
         if not self.analysable:
             return "raw:" + self.opaque_text
         body = {"sk": list(self.skeleton), "fn": list(self.function), **self.signature.to_json()}
+        if self.language != "en":
+            body["lang"] = self.language
         return f"lemma{WIRE_VERSION}:" + json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
     def to_wire(self) -> str:
@@ -146,6 +151,8 @@ class Analysis:
         if self.analysable:
             body.update(sk=list(self.skeleton), fn=list(self.function), s=self.signature.to_json())
             body["w"] = sorted(self.words - set(self.skeleton) - set(self.function))
+            if self.language != "en":
+                body["lang"] = self.language  # absent in English records, older ones included
         else:
             body["raw"] = self.opaque_text
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
@@ -165,6 +172,7 @@ class Analysis:
                 signature=MeaningSignature.from_json(body["s"]),
                 function=function,
                 words=frozenset((*skeleton, *function, *_strs(body["w"]))),
+                language=str(body.get("lang", "en")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptEntry(f"unreadable analysis record: {exc}") from exc

@@ -3,8 +3,9 @@
 Both models run in a child process (normalize/runtime/model_processes.py), so the proxy's event loop
 never waits on them. A prompt's analysis and embedding are asked for together, once, the first
 time the cache needs either (after the exact key missed everywhere), and reused when the answer
-is stored. Prompts the English pipeline cannot read (another script, longer than
-`semantic.analysis_max_chars`) get exact matches only, as does everything while the models are
+is stored. The language gate picks each prompt's pipeline (English or Chinese: its analysis
+and its embedding model); prompts no configured pipeline can read (another language, longer
+than `semantic.analysis_max_chars`) get exact matches only, as does everything while the models are
 loading or if the feature process has failed.
 """
 
@@ -40,8 +41,9 @@ class SemanticFeatureSource:
         return self._process
 
     @property
-    def dim(self) -> int:
-        return self._process.dim
+    def dims(self) -> dict[str, int]:
+        """The embedding dimension of each configured language's model."""
+        return self._process.dims
 
     async def start(self) -> None:
         await self._process.start()
@@ -49,10 +51,11 @@ class SemanticFeatureSource:
     async def close(self) -> None:
         await self._process.close()
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, language: str = "en") -> np.ndarray:
         """An embedding of an answer (the verifier and the semantic tier compare answers with
-        it): background work, queued behind every prompt a lookup waits for."""
-        return await self._process.embed(text, background=True)
+        it) by the model of its prompt's `language`: background work, queued behind every
+        prompt a lookup waits for."""
+        return await self._process.embed(text, language, background=True)
 
     def for_request(self, request: CacheRequest, loose_matching: bool) -> PromptFeatures:
         text = request.prompt_text
@@ -65,13 +68,12 @@ class SemanticFeatureSource:
         # The language check waits until an exact miss asks for it: exact hits never pay.
         return _LazyFeatures(self, request.partition, text)
 
-    def unreadable(self, text: str) -> SemanticSkip | None:
-        """Why the configured pipeline cannot analyse `text` (None: it can)."""
+    def language_of(self, text: str) -> str | SemanticSkip:
+        """The language whose pipeline reads `text`, or why none may (length, language)."""
         if len(text) > self._config.analysis_max_chars:
             return SemanticSkip.LENGTH
-        if not self._gate.supports(text):
-            return SemanticSkip.LANGUAGE
-        return None
+        language = self._gate.language_of(text)
+        return SemanticSkip.LANGUAGE if language is None else language
 
     def prompt_analysis(self, partition: str, parsed: ParsedPrompt) -> PromptAnalysis:
         key = lemma_key(partition, parsed.key_material) if self._config.lemma_key else None
@@ -86,10 +88,15 @@ class _LazyFeatures:
         self._work: asyncio.Task[tuple[ParsedPrompt, np.ndarray] | None] | None = None
         self._allowed: bool | None = None
         self._skip: SemanticSkip | None = None
+        self._language = ""
 
     def semantic_allowed(self) -> bool:
         if self._allowed is None:
-            self._skip = self._source.unreadable(self._text)
+            verdict = self._source.language_of(self._text)
+            if isinstance(verdict, SemanticSkip):
+                self._skip = verdict
+            else:
+                self._language = verdict
             self._allowed = self._skip is None
         return self._allowed
 
@@ -127,7 +134,7 @@ class _LazyFeatures:
 
     async def _compute(self) -> tuple[ParsedPrompt, np.ndarray] | None:
         try:
-            return await self._source.process.analyze(self._text)
+            return await self._source.process.analyze(self._text, self._language)
         except FeatureWorkerUnavailable as exc:
             # Exact matches still work; the request goes on without loose matching.
             _log.debug("no features for this prompt: %s", exc)

@@ -47,7 +47,7 @@ from core.semantic_config import SemanticConfig
 from normalize.meaning.signature import Analysis
 from normalize.runtime.model_worker import (
     ANALYZE,
-    EMBED,
+    EMBED_KIND,
     WorkerHello,
     run_worker,
     worker_environment,
@@ -329,38 +329,58 @@ def _take(queue: deque[_Job], n: int) -> list[_Job]:
 
 
 class FeatureProcess:
-    """The analysis workers and the embedding workers, used together."""
+    """The analysis workers and the embedding workers of each configured language, used
+    together. One analysis pool reads every language (its worker dispatches by the language
+    gate); each language embeds with its own model, in a pool of its own."""
 
     def __init__(self, config: SemanticConfig) -> None:
         self._analyzer = WorkerPool(ANALYZE, config, 1)
-        self._embedder = WorkerPool(EMBED, config, config.embedding_workers)
+        self._embedders = {
+            language: WorkerPool(
+                EMBED_KIND[language], config, config.embedding_workers if i == 0 else 1
+            )
+            for i, language in enumerate(config.languages or ("en",))
+        }
 
     @property
     def ready(self) -> bool:
-        return self._analyzer.ready and self._embedder.ready
+        return self._analyzer.ready and all(pool.ready for pool in self._embedders.values())
 
     @property
-    def dim(self) -> int:
-        assert self._embedder.hello is not None, "the embedding workers have not started"
-        return self._embedder.hello.dim
+    def dims(self) -> dict[str, int]:
+        """The embedding dimension of each language's model."""
+        dims = {}
+        for language, pool in self._embedders.items():
+            assert pool.hello is not None, f"the {language} embedding workers have not started"
+            dims[language] = pool.hello.dim
+        return dims
 
     @property
-    def workers(self) -> tuple[WorkerPool, WorkerPool]:
-        return self._analyzer, self._embedder
+    def workers(self) -> dict[str, WorkerPool]:
+        """Each pool by the name its statistics carry: analysis, embedding, embedding_zh."""
+        named = {"analysis": self._analyzer}
+        for language, pool in self._embedders.items():
+            named["embedding" if language == "en" else f"embedding_{language}"] = pool
+        return named
 
     async def start(self) -> None:
-        await asyncio.gather(self._analyzer.start(), self._embedder.start())
+        await asyncio.gather(
+            self._analyzer.start(), *(pool.start() for pool in self._embedders.values())
+        )
 
     async def close(self) -> None:
-        await asyncio.gather(self._analyzer.close(), self._embedder.close())
+        await asyncio.gather(
+            self._analyzer.close(), *(pool.close() for pool in self._embedders.values())
+        )
 
-    async def analyze(self, text: str) -> tuple[ParsedPrompt, np.ndarray]:
-        """The lemma analysis and the normalized embedding of `text`, computed side by side."""
+    async def analyze(self, text: str, language: str) -> tuple[ParsedPrompt, np.ndarray]:
+        """The lemma analysis and the normalized embedding of `text`, computed side by side;
+        `language` (the gate's verdict) picks the embedding model."""
         (wire, key_material), vector = await asyncio.gather(
-            self._analyzer.submit(text), self._embedder.submit(text)
+            self._analyzer.submit(text), self._embedders[language].submit(text)
         )
         return ParsedPrompt(Analysis.from_wire(wire), wire, key_material), vector
 
-    async def embed(self, text: str, background: bool = False) -> np.ndarray:
-        vector: np.ndarray = await self._embedder.submit(text, background)
+    async def embed(self, text: str, language: str, background: bool = False) -> np.ndarray:
+        vector: np.ndarray = await self._embedders[language].submit(text, background)
         return vector

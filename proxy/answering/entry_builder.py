@@ -98,7 +98,7 @@ class EntryBuilder:
             or self._semantic.answer_margin <= 0
         ):
             return None
-        return await answer_vector(completion, self._answer_embedder)
+        return await answer_vector(completion, self._answer_embedder, entry.language)
 
     def certainty(self, route: Route, completion: dict[str, Any]) -> AnswerCertainty:
         """Confidence and certainty over every choice's tokens (token-weighted)."""

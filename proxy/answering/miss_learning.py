@@ -38,7 +38,7 @@ class MissLearner:
         fresh = np.frombuffer(fresh_answer_vector, dtype=np.float32)
         if fresh.shape != cached.shape:
             return  # another embedding model's vector: not comparable
-        agreed = self._thresholds.answers_agree(float(np.dot(fresh, cached)))
+        agreed = self._thresholds.answers_agree(float(np.dot(fresh, cached)), near_miss.language)
         self._thresholds.record_near_miss(agreed)
         await self.apply(near_miss.entry_id, near_miss.similarity, agreed)
 

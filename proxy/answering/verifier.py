@@ -151,13 +151,15 @@ class Verifier:
                 self.failed += 1
                 return
             cached = lookup.entry.completion("", 0)
+            language = lookup.entry.language
             # Inside the try: the answer embedding fails too while the feature worker restarts.
             verdict = await compare_answers(
                 cached,
                 fresh,
                 self._embedder,
-                self._thresholds.answers_agree,
+                lambda cosine: self._thresholds.answers_agree(cosine, language),
                 self._service.answer_vector(lookup.entry.entry_id),
+                language,
             )
         except DejaError as exc:
             self.failed += 1

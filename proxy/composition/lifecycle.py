@@ -155,7 +155,8 @@ async def warm_up(store: StoreParts, readiness: Readiness) -> None:
     try:
         if store.features is not None and store.semantic is not None:
             await store.features.start()
-            store.semantic.set_dimension(store.features.dim)
+            for language, dim in store.features.dims.items():
+                store.semantic.set_dimension(dim, language)
         if store.replication is not None:
             try:
                 await store.replication.bootstrap()

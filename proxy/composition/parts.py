@@ -50,6 +50,7 @@ from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.client import UpstreamClient
 from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
+from tiers.policies.similarity_scale import SimilarityScale
 from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
 from tiers.policies.ttl import TtlPolicy
 from tiers.redis_connection import RedisConnection
@@ -189,7 +190,8 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
     local: list[CacheTier] = [lru] if lru is not None else []
     redis = RedisConnection(config.redis) if config.redis.url else None
     redis_tier = RedisTier(redis, config.redis) if redis is not None else None
-    thresholds = ThresholdController(config.verify, config.semantic.threshold)
+    scale = SimilarityScale(config.semantic.threshold, {"zh": config.semantic.threshold_zh})
+    thresholds = ThresholdController(config.verify, config.semantic.threshold, scale)
     lemma_hits = LemmaHitSwitch(config.verify)
     lookup_turns = LoopTurns()
     features = semantic = None

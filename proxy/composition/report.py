@@ -43,9 +43,7 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
         g["semantic_partitions"] = store.semantic.partitions()
         g["semantic_evictions"] = store.semantic.evictions
     if store.features is not None and store.features.ready:
-        for worker, name in zip(
-            store.features.process.workers, ("analysis", "embedding"), strict=True
-        ):
+        for name, worker in store.features.process.workers.items():
             g[f"{name}_batches"] = worker.batches
             g[f"{name}_texts"] = worker.texts
             g[f"{name}_worker_restarts"] = worker.restarts

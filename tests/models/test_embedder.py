@@ -16,7 +16,8 @@ import pytest
 import pytest_asyncio
 
 from core.semantic_config import SemanticConfig
-from normalize.runtime.model_processes import EMBED, FeatureWorkerUnavailable, WorkerPool
+from normalize.runtime.model_processes import FeatureWorkerUnavailable, WorkerPool
+from normalize.runtime.model_worker import EMBED
 from normalize.runtime.sentence_encoder import (
     SentenceEncoder,
     default_model_path,

@@ -53,4 +53,35 @@ def test_no_language_configured_supports_nothing() -> None:
 
 def test_unknown_language_is_a_configuration_error() -> None:
     with pytest.raises(AssertionError, match="no meaning pipeline"):
-        LanguageGate(("en", "zh"))
+        LanguageGate(("en", "fr"))
+
+
+BOTH = LanguageGate(("en", "zh"))
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("把美元换成欧元", "zh"),
+        ("这个药不安全吗？", "zh"),
+        # Mixed scripts follow the script of the content words.
+        ("如何安装Python 3.11?", "zh"),
+        ("iPhone 15多少钱", "zh"),
+        ("请问RTX4090和RTX4080哪个好", "zh"),
+        ("What does 你好 mean in English?", "en"),
+        ("Who wrote Hamlet?", "en"),
+        ("12345", "en"),  # no letters: the first configured language
+        # Japanese shares Han characters with Chinese; its kana give it away.
+        ("この薬は安全ですか？", None),
+        ("東京タワーの高さは", None),
+        ("이 약은 안전한가요?", None),
+        ("¿Es seguro comer pollo crudo?", None),
+    ],
+)
+def test_each_prompt_goes_to_the_pipeline_of_its_language(text: str, language: str | None) -> None:
+    assert BOTH.language_of(text) == language
+
+
+def test_chinese_is_read_only_where_configured() -> None:
+    assert GATE.language_of("把美元换成欧元") is None
+    assert LanguageGate(("zh",)).language_of("Who wrote Hamlet?") is None

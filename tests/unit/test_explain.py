@@ -77,6 +77,8 @@ def test_the_feature_source_says_why_a_prompt_is_not_matched_loosely() -> None:
     readable = replace(REQUEST, prompt_text="How do I reset my PIN?")
     assert source.for_request(readable, False).skip_reason() is SemanticSkip.SCREEN
     assert source.for_request(readable, True).skip_reason() is SemanticSkip.SEMANTIC_OFF
-    assert source.unreadable("How do I reset my PIN?") is None
-    assert source.unreadable("How do I reset my PIN? " * 2) is SemanticSkip.LENGTH
-    assert source.unreadable("\u8fd9\u4e2a\u836f\u5b89\u5168\u5417") is SemanticSkip.LANGUAGE
+    assert source.language_of("How do I reset my PIN?") == "en"
+    assert source.language_of("How do I reset my PIN? " * 2) is SemanticSkip.LENGTH
+    assert source.language_of("\u3053\u306e\u85ac\u306f\u5b89\u5168") is SemanticSkip.LANGUAGE
+    english_only = SemanticFeatureSource(SemanticConfig(languages=("en",)))
+    assert english_only.language_of("\u8fd9\u4e2a\u836f\u5b89\u5168\u5417") is SemanticSkip.LANGUAGE

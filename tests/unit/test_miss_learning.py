@@ -112,7 +112,7 @@ class ChosenEmbedder:
     def __init__(self) -> None:
         self.vector = AGREEING
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, language: str = "en") -> np.ndarray:
         return self.vector
 
 

@@ -53,7 +53,7 @@ class TableEmbedder:
         self._vectors = {k: np.asarray(v) / np.linalg.norm(v) for k, v in vectors.items()}
         self.calls: list[str] = []
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, language: str = "en") -> np.ndarray:
         self.calls.append(text)
         return self._vectors[text]
 
@@ -133,7 +133,7 @@ def test_answer_of_reads_chat_tool_calls_and_legacy_text() -> None:
 class BrokenEmbedder:
     """The feature worker is restarting."""
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, language: str = "en") -> np.ndarray:
         raise DejaError("the feature worker is not running")
 
 

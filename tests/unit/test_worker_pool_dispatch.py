@@ -12,11 +12,11 @@ import pytest
 from core.semantic_config import SemanticConfig
 from normalize.runtime.model_processes import (
     BACKGROUND_MAX,
-    EMBED,
     FeatureWorkerUnavailable,
     WorkerPool,
     _Child,
 )
+from normalize.runtime.model_worker import EMBED
 
 
 class Pipe:

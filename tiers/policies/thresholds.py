@@ -46,6 +46,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from core.semantic_config import VerifyConfig
+from tiers.policies.similarity_scale import SimilarityScale
 
 Z_95 = 1.959964
 # The controller aims this far under the target, so noise keeps the true rate below it.
@@ -94,8 +95,13 @@ class FalseHitEstimator:
 
 
 class ThresholdController:
-    def __init__(self, config: VerifyConfig, initial: float) -> None:
+    def __init__(
+        self, config: VerifyConfig, initial: float, scale: SimilarityScale | None = None
+    ) -> None:
         self._config = config
+        # Every level here is on the reference model's scale; other languages' cosines are
+        # mapped onto it (tiers/policies/similarity_scale.py).
+        self._scale = scale or SimilarityScale(initial)
         self._global = self._clamp(initial)
         self._aim = config.target_false_hit_rate * _AIM
         self._up = _UP_STEP
@@ -118,9 +124,14 @@ class ThresholdController:
         """The floor of an entry without evidence of its own."""
         return self._config.threshold_min
 
-    def answers_agree(self, cosine: float) -> bool:
-        """Whether two answers whose embeddings have this cosine say the same thing."""
-        return cosine >= self._config.answer_agreement
+    def similarity(self, language: str, cosine: float) -> float:
+        """A cosine of `language`'s embedding model on the scale every level here uses."""
+        return self._scale.common(language, cosine)
+
+    def answers_agree(self, cosine: float, language: str = "en") -> bool:
+        """Whether two answers whose embeddings (by `language`'s model) have this cosine say
+        the same thing."""
+        return self._scale.common(language, cosine) >= self._config.answer_agreement
 
     @property
     def learning(self) -> bool:

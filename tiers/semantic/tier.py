@@ -54,6 +54,7 @@ OFF_LOOP_MIN_VECTORS = 4096
 class _Indexed:
     entry_id: str
     partition: str
+    language: str  # the prompt's, as its analysis says: the index and the cosine scale
     vector_id: int
     threshold: float
     learned_threshold: float | None
@@ -77,17 +78,19 @@ class SemanticTier:
         recorder: CacheRecorder,
     ):
         self._config = config
-        self._dim = 0  # known once the embedding model is loaded (set_dimension)
+        # Each language's embedding dimension, known once its model is loaded (set_dimension).
+        self._dims: dict[str, int] = {}
         self._guard = guard
         self._thresholds = thresholds
         self._clock = clock
         self._recorder = recorder
-        self._indexes: dict[str, PartitionIndex[faiss.Index]] = {}
+        # One index per partition and language: two languages' vectors come from two models.
+        self._indexes: dict[tuple[str, str], PartitionIndex[faiss.Index]] = {}
         self._entries: dict[str, _Indexed] = {}
         self._by_vector: dict[int, str] = {}
         self._recency: OrderedDict[str, None] = OrderedDict()
         self._ids = itertools.count(1)
-        self._rebuilding: set[str] = set()
+        self._rebuilding: set[tuple[str, str]] = set()
         # Searches and rebuilds in threads of their own: a rebuild to HNSW takes about a
         # millisecond a vector (20 s at the default flat_max_entries), and searches queued
         # behind it would wait that long. The old index serves meanwhile, so the rebuild runs
@@ -99,9 +102,9 @@ class SemanticTier:
         # core; one thread per search, and batching, is faster here.
         faiss.omp_set_num_threads(1)
 
-    def set_dimension(self, dim: int) -> None:
-        assert dim > 0 and not self._entries, "the dimension is set once, before any entry"
-        self._dim = dim
+    def set_dimension(self, dim: int, language: str = "en") -> None:
+        assert dim > 0 and not self._entries, "a dimension is set once, before any entry"
+        self._dims[language] = dim
 
     def size(self) -> int:
         return len(self._entries)
@@ -122,14 +125,14 @@ class SemanticTier:
         notes: NearestNotes | None = None,
     ) -> list[SemanticCandidate]:
         pacer = pacer or Unpaced()
-        index = self._indexes.get(partition)
+        index = self._indexes.get((partition, query.language))
         if index is None:
             return []
         relaxed = threshold_override is not None
         # The search, and each guard check after it, is a fraction of a millisecond of Python;
         # each waits for the caller's pacer, so that exact hits can be served in between.
         await pacer.step()
-        live = await self._neighbours(index, vector, pacer, relaxed)
+        live = await self._neighbours(index, vector, query.language, pacer, relaxed)
         for item, similarity in live:
             threshold = (
                 threshold_override
@@ -177,7 +180,7 @@ class SemanticTier:
         if threshold - similarity > self._thresholds.learning_reach:
             return
         if (await self._guards(query, item.analysis, pacer)).agree:
-            notes.missed_near(item.entry_id, similarity)
+            notes.missed_near(item.entry_id, similarity, item.language)
 
     async def contradicts(
         self,
@@ -189,16 +192,16 @@ class SemanticTier:
     ) -> bool:
         """Whether a neighbour contradicts `entry_id` as the answer to this query (see
         `_contradicted`): for matches found without a similarity search (the lemma key)."""
-        index = self._indexes.get(partition)
+        index = self._indexes.get((partition, query.language))
         item = self._entries.get(entry_id)
         if index is None or item is None or item.answer is None or self._config.answer_margin <= 0:
             return False
         own = index.vector(item.vector_id)
         if own is None:
             return False
-        similarity = float(np.dot(vector, own))
+        similarity = self._thresholds.similarity(item.language, float(np.dot(vector, own)))
         pacer = pacer or Unpaced()
-        neighbours = await self._neighbours(index, vector, pacer)
+        neighbours = await self._neighbours(index, vector, item.language, pacer)
         if await self._contradicted(query, item, similarity, neighbours, pacer):
             self._recorder.guard_rejected(GuardName.ANSWERS)
             return True
@@ -208,10 +211,12 @@ class SemanticTier:
         self,
         index: PartitionIndex[faiss.Index],
         vector: np.ndarray,
+        language: str,
         pacer: Pacer,
         relaxed: bool = False,
     ) -> list[tuple[_Indexed, float]]:
-        """The `candidates` nearest entries, best first. A hit needs a fresh entry; a relaxed
+        """The `candidates` nearest entries, best first, each with its similarity on the
+        common scale (tiers/policies/similarity_scale.py). A hit needs a fresh entry; a relaxed
         (degraded) match takes one within its grace."""
         k = self._config.candidates
         if len(index) >= OFF_LOOP_MIN_VECTORS:
@@ -226,7 +231,7 @@ class SemanticTier:
             found = best_of(results, k)
         now = self._clock.time()
         return [
-            (item, similarity)
+            (item, self._thresholds.similarity(language, similarity))
             for item, similarity in (
                 (self._entries.get(self._by_vector.get(vector_id, "")), similarity)
                 for vector_id, similarity in found
@@ -273,7 +278,8 @@ class SemanticTier:
                 continue
             if other_similarity < similarity - margin:
                 break  # best first: the rest are further away still
-            if self._thresholds.answers_agree(float(np.dot(best.answer, other.answer))):
+            cosine = float(np.dot(best.answer, other.answer))
+            if self._thresholds.answers_agree(cosine, best.language):
                 continue
             if (await self._guards(query, other.analysis, pacer)).agree:
                 return True
@@ -285,23 +291,27 @@ class SemanticTier:
         if entry.entry_id in self._entries:
             await self.update(entry)
             return
-        vector = np.frombuffer(entry.vector, dtype=np.float32)
-        if not self._dim or vector.shape != (self._dim,):
-            return  # written by a replica with another embedding model: not comparable
         try:
             analysis = entry.parsed_analysis or Analysis.from_wire(entry.analysis)
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptEntry(f"entry {entry.entry_id} has an unreadable analysis: {exc}") from exc
-        index = self._indexes.get(entry.partition)
+        vector = np.frombuffer(entry.vector, dtype=np.float32)
+        dim = self._dims.get(analysis.language, 0)
+        if not dim or vector.shape != (dim,):
+            # Written by a replica with another embedding model or language: not comparable.
+            return
+        key = (entry.partition, analysis.language)
+        index = self._indexes.get(key)
         if index is None:
             cfg = self._config
-            index = VectorIndex(self._dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search)
-            self._indexes[entry.partition] = index
+            index = VectorIndex(dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search)
+            self._indexes[key] = index
         vector_id = next(self._ids)
         index.add(vector_id, vector)
         self._entries[entry.entry_id] = _Indexed(
             entry.entry_id,
             entry.partition,
+            analysis.language,
             vector_id,
             entry.threshold,
             entry.learned_threshold,
@@ -311,7 +321,7 @@ class SemanticTier:
             entry.namespace,
             entry.model,
             analysis,
-            self._answer_of(entry),
+            self._answer_of(entry, analysis.language),
         )
         self._by_vector[vector_id] = entry.entry_id
         self._recency[entry.entry_id] = None
@@ -319,7 +329,7 @@ class SemanticTier:
             coldest = next(iter(self._recency))
             await self.remove(coldest)
             self.evictions += 1
-        self._maybe_rebuild(entry.partition, index)
+        self._maybe_rebuild(key, index)
 
     def answer_vector(self, entry_id: str) -> np.ndarray | None:
         item = self._entries.get(entry_id)
@@ -333,14 +343,14 @@ class SemanticTier:
             item.expires_at = entry.expires_at
             item.hard_expires_at = entry.hard_expires_at
             if item.answer is None:
-                item.answer = self._answer_of(entry)
+                item.answer = self._answer_of(entry, item.language)
 
-    def _answer_of(self, entry: Entry) -> np.ndarray | None:
+    def _answer_of(self, entry: Entry, language: str) -> np.ndarray | None:
         if entry.answer_vector is None:
             return None
         answer = np.frombuffer(entry.answer_vector, dtype=np.float32)
         # Another embedding model's vector (a replica configured differently) is not comparable.
-        return answer if answer.shape == (self._dim,) else None
+        return answer if answer.shape == (self._dims.get(language, 0),) else None
 
     async def remove(self, entry_id: str) -> bool:
         item = self._entries.pop(entry_id, None)
@@ -348,12 +358,13 @@ class SemanticTier:
             return False
         self._recency.pop(entry_id, None)
         self._by_vector.pop(item.vector_id, None)
-        index = self._indexes[item.partition]
+        key = (item.partition, item.language)
+        index = self._indexes[key]
         index.remove(item.vector_id)
         if len(index) == 0:
-            del self._indexes[item.partition]
+            del self._indexes[key]
         else:
-            self._maybe_rebuild(item.partition, index)
+            self._maybe_rebuild(key, index)
         return True
 
     async def invalidate(self, selector: Invalidation) -> int:
@@ -376,17 +387,15 @@ class SemanticTier:
             await self.remove(entry_id)
         return len(gone)
 
-    def _maybe_rebuild(self, partition: str, index: PartitionIndex[faiss.Index]) -> None:
-        if partition in self._rebuilding or not index.wants_rebuild():
+    def _maybe_rebuild(self, key: tuple[str, str], index: PartitionIndex[faiss.Index]) -> None:
+        if key in self._rebuilding or not index.wants_rebuild():
             return
-        self._rebuilding.add(partition)
+        self._rebuilding.add(key)
         future = self._rebuild_thread.run(index.rebuild)
 
         def done(f: asyncio.Future[None]) -> None:
-            self._rebuilding.discard(partition)
+            self._rebuilding.discard(key)
             if not f.cancelled() and f.exception() is not None:
-                _log.error(
-                    "rebuilding the index of partition %s failed", partition, exc_info=f.exception()
-                )
+                _log.error("rebuilding the index %s failed", key, exc_info=f.exception())
 
         future.add_done_callback(done)
