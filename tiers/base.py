@@ -152,6 +152,9 @@ class NearMiss:
     entry_id: str
     similarity: float
     language: str = "en"  # the prompt's: the model of both answers' embeddings
+    # Its learned threshold would have let the miss hit, but learned hits are off
+    # (`ThresholdController.learned_hits`): the fresh answer is evidence about those hits.
+    held_back: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
     lookup:  LRU-K ─exact─▶ Redis ─exact─▶ LRU-K ─lemma─▶ Redis ─lemma─▶ semantic ─▶ miss
              (a hit in a lower tier is copied into the tiers above it: fill-back; an
              in-process first tier is asked synchronously, so its hits cost no coroutines;
-             the lemma steps are skipped while lemma hits are off, `LemmaHitSwitch`)
+             the lemma steps are skipped while lemma hits are off, `HitSwitch`)
     store:   the in-process tier and the semantic index, the answer's embedding, the other
              key-value tiers and the replication log, each once; the entry it supersedes (same
              exact key) is deleted everywhere
@@ -38,7 +38,7 @@ from tiers.base import (
     TierName,
 )
 from tiers.lookup_outcome import LookupOutcome, lookup_outcome
-from tiers.policies.thresholds import LemmaHitSwitch
+from tiers.policies.thresholds import HitSwitch
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
 from tiers.semantic.protocol import NearestNotes, NullSemanticIndex, SemanticIndex
 
@@ -56,7 +56,7 @@ class CacheService:
         recorder: CacheRecorder,
         semantic: SemanticIndex | None = None,
         replication: Replication | None = None,
-        lemma_hits: LemmaHitSwitch | None = None,
+        lemma_hits: HitSwitch | None = None,
         learning: bool = False,
     ) -> None:
         self._tiers = list(tiers)
@@ -69,7 +69,7 @@ class CacheService:
         # semantic index); none without Redis.
         self._replication: Replication = replication or NoReplication()
         # Whether lemma-key matches are served (fed by the verifier); without one, always.
-        self._lemma_hits = lemma_hits or LemmaHitSwitch(VerifyConfig())
+        self._lemma_hits = lemma_hits or HitSwitch(VerifyConfig())
         # Near-misses are noted for learning (`verify.learn_distance` > 0): each semantic
         # search then keeps notes, and checks the guards of one candidate under its threshold.
         self._learning = learning

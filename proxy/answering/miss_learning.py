@@ -40,6 +40,9 @@ class MissLearner:
             return  # another embedding model's vector: not comparable
         agreed = self._thresholds.answers_agree(float(np.dot(fresh, cached)), near_miss.language)
         self._thresholds.record_near_miss(agreed)
+        if near_miss.held_back:
+            # A hit held back while learned hits are off: a sample of exactly those hits.
+            self._thresholds.learned_hits.record(agreed)
         await self.apply(near_miss.entry_id, near_miss.similarity, agreed)
 
     async def apply(self, entry_id: str, similarity: float, agreed: bool) -> None:

@@ -10,9 +10,9 @@ answer's embedding is the one the semantic tier holds, when attached).
 A semantic hit's outcome feeds the threshold controller and the false-hit estimate, and moves
 the entry's own floor. A hit served only through its entry's learned threshold (learned from
 near-misses, proxy/answering/miss_learning.py) is sampled at `verify.learned_sample_share`
-instead, feeds an estimate of its own (`ThresholdController.learned_estimator`), never the
+instead, feeds an estimate of its own (`ThresholdController.learned_hits`), never the
 global one or the global threshold, and a disagreement also drops that learned threshold.
-A lemma hit's feeds the lemma estimate only (`LemmaHitSwitch`: lemma hits
+A lemma hit's feeds the lemma estimate only (`HitSwitch`: lemma hits
 have no similarity to move a threshold with), and a disagreement drops the entry's lemma key, so
 the same mistake is not made twice (the entry stays for its exact key and semantic lookups).
 While lemma hits are off, the matches held back are sampled the same way, after their answer
@@ -49,7 +49,7 @@ from proxy.answering.answer_agreement import AnswerEmbedder, compare_answers
 from proxy.answering.gate import UpstreamGate
 from proxy.upstream.client import UpstreamRequest
 from tiers.base import Lookup, MatchKind
-from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
+from tiers.policies.thresholds import HitSwitch, ThresholdController
 from tiers.service import CacheService
 
 _log = logging.getLogger("deja.verify")
@@ -68,7 +68,7 @@ class Verifier:
         gate: UpstreamGate,
         service: CacheService,
         thresholds: ThresholdController,
-        lemma_hits: LemmaHitSwitch,
+        lemma_hits: HitSwitch,
         embedder: AnswerEmbedder | None,
         rng: random.Random | None = None,
     ) -> None:
@@ -183,7 +183,7 @@ class Verifier:
             return
         assert lookup.similarity is not None, "only semantic and lemma hits are verified"
         if lookup.learned:
-            self._thresholds.learned_estimator.record(agreed)
+            self._thresholds.learned_hits.estimator.record(agreed)
         else:
             self._thresholds.record(agreed)
         entry = await self._service.get_entry(lookup.entry.entry_id)

@@ -51,7 +51,7 @@ from proxy.upstream.client import UpstreamClient
 from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
 from tiers.policies.similarity_scale import SimilarityScale
-from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
+from tiers.policies.thresholds import HitSwitch, ThresholdController
 from tiers.policies.ttl import TtlPolicy
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
@@ -117,7 +117,7 @@ class StoreParts:
     service: CacheService
     thresholds: ThresholdController
     # Whether lemma-key hits are served: their own false-hit estimate, fed by the verifier.
-    lemma_hits: LemmaHitSwitch
+    lemma_hits: HitSwitch
     # The lookups' pacer (core/pacing.py): every step of a lookup past the exact tiers waits for
     # a turn of this lane, so exact hits are served in between. The handler passes it to
     # `CacheService.lookup`; the service and the semantic index keep none.
@@ -192,7 +192,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
     redis_tier = RedisTier(redis, config.redis) if redis is not None else None
     scale = SimilarityScale(config.semantic.threshold, {"zh": config.semantic.threshold_zh})
     thresholds = ThresholdController(config.verify, config.semantic.threshold, scale)
-    lemma_hits = LemmaHitSwitch(config.verify)
+    lemma_hits = HitSwitch(config.verify)
     lookup_turns = LoopTurns()
     features = semantic = None
     if semantic_index and config.semantic.enabled:

@@ -64,11 +64,12 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
     g["false_hit_rate_lemma_high"] = lemma.high
     g["verified_lemma_hits"] = lemma.verified
     g["lemma_hits_on"] = 1.0 if store.lemma_hits.serving else 0.0
-    learned = store.thresholds.learned_estimator.estimate()
+    learned = store.thresholds.learned_hits.estimator.estimate()
     g["false_hit_rate_learned"] = learned.rate
     g["false_hit_rate_learned_low"] = learned.low
     g["false_hit_rate_learned_high"] = learned.high
     g["verified_learned_hits"] = learned.verified
+    g["learned_hits_on"] = 1.0 if store.thresholds.learned_hits.serving else 0.0
     return g
 
 
@@ -186,7 +187,7 @@ def _learned_false_hits(parts: ProxyParts) -> dict[str, Any]:
     """The estimate of hits served through a learned threshold, and the near-misses that
     taught (agreed) or reset (disagreed) learned thresholds."""
     thresholds = parts.store.thresholds
-    estimate = thresholds.learned_estimator.estimate()
+    estimate = thresholds.learned_hits.estimator.estimate()
     return {
         "verified": estimate.verified,
         "wrong": estimate.wrong,
@@ -195,6 +196,7 @@ def _learned_false_hits(parts: ProxyParts) -> dict[str, Any]:
         "target": parts.config.verify.target_false_hit_rate,
         "near_misses_agreed": thresholds.near_misses_agreed,
         "near_misses_disagreed": thresholds.near_misses_disagreed,
+        "serving": thresholds.learned_hits.serving,
     }
 
 

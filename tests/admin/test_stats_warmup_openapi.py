@@ -103,9 +103,10 @@ async def test_stats_give_learned_hits_their_own_estimate(
         "target": 0.01,
         "near_misses_agreed": 0,
         "near_misses_disagreed": 0,
+        "serving": True,
     }
     thresholds = proxy.app[PARTS].store.thresholds
-    thresholds.learned_estimator.record(False)
+    thresholds.learned_hits.estimator.record(False)
     thresholds.record_near_miss(agreed=True)
     stats = (await client.admin("GET", "stats")).body
     learned = stats["false_hits_learned"]

@@ -73,7 +73,7 @@ async def test_the_learned_hits_estimate_is_a_gauge_of_its_own(proxy_factory: Pr
     lines = await scrape()
     assert "deja_false_hit_rate_learned 0.0" in lines
     assert "deja_false_hit_rate_learned_high 1.0" in lines
-    proxy.app[PARTS].store.thresholds.learned_estimator.record(False)
+    proxy.app[PARTS].store.thresholds.learned_hits.estimator.record(False)
     lines = await scrape()
     assert "deja_false_hit_rate_learned 1.0" in lines
     assert "deja_verified_learned_hits 1.0" in lines

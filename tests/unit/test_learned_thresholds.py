@@ -62,13 +62,48 @@ def test_near_misses_and_learned_hits_never_move_the_global_estimate_or_threshol
     c = controller()
     c.record_near_miss(agreed=True)
     c.record_near_miss(agreed=False)
-    c.learned_estimator.record(agreed=False)
+    c.learned_hits.estimator.record(agreed=False)
     assert (c.near_misses_agreed, c.near_misses_disagreed) == (1, 1)
     assert c.global_threshold == pytest.approx(0.86)
     assert c.estimator.estimate().verified == 0
-    assert c.learned_estimator.estimate().wrong == 1
+    assert c.learned_hits.estimator.estimate().wrong == 1
 
 
 def test_learning_is_off_at_zero_distance() -> None:
     assert controller().learning
     assert not controller(learn_distance=0.0).learning
+
+
+def switched_off() -> ThresholdController:
+    """A controller whose learned hits were verified wrong often enough to stop serving them
+    (3 wrong of 10: the 95% interval's low end, about 11%, is over the 1% target)."""
+    c = controller()
+    for agreed in [False] * 3 + [True] * 7:
+        c.learned_hits.record(agreed)
+    assert not c.learned_hits.serving
+    return c
+
+
+def test_learned_thresholds_are_not_served_while_their_estimate_is_over_the_target() -> None:
+    c = switched_off()
+    assert c.effective(0.80, 0.83) == pytest.approx(0.86)  # the usual threshold
+    assert controller().effective(0.80, 0.83) == pytest.approx(0.83)
+
+
+def test_while_off_a_candidate_only_a_learned_threshold_admits_is_held_back() -> None:
+    c = switched_off()
+    assert c.held_back(0.80, 0.83, 0.84)
+    assert not c.held_back(0.80, 0.83, 0.82)  # under the learned threshold too
+    assert not c.held_back(0.80, None, 0.84)  # nothing learned
+    assert not controller().held_back(0.80, 0.83, 0.84)  # served: it would simply hit
+
+
+def test_held_back_agreements_turn_learned_hits_on_again() -> None:
+    c = switched_off()
+    agreements = 0
+    while not c.learned_hits.serving:
+        c.learned_hits.record(agreed=True)
+        agreements += 1
+    # On again once the rate itself is at the 1% target: 3 wrong of 300.
+    assert agreements == 290
+    assert c.effective(0.80, 0.83) == pytest.approx(0.83)

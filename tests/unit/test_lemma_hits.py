@@ -35,7 +35,7 @@ from tests.support.entries import TAG, make_entry
 from tests.support.fake_upstream import FakeModel, FakeTransport
 from tiers.base import Lookup, MatchKind, TierName
 from tiers.lru_k import LruKTier
-from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
+from tiers.policies.thresholds import HitSwitch, ThresholdController
 from tiers.semantic.protocol import NullSemanticIndex
 from tiers.service import CacheService
 
@@ -102,7 +102,7 @@ class World:
         self.clock = ManualClock()
         self.index = AnswerCheckIndex(contradicting)
         config = VerifyConfig(sample_share=share)
-        self.lemma_hits = LemmaHitSwitch(config)
+        self.lemma_hits = HitSwitch(config)
         self.thresholds = ThresholdController(config, 0.86)
         self.service = CacheService(
             [LruKTier(LruKConfig(), self.clock)],
@@ -172,7 +172,7 @@ async def world(model: FakeModel) -> AsyncIterator[World]:
 
 
 def test_the_switch_turns_off_over_the_target_and_on_again_once_back_under() -> None:
-    switch = LemmaHitSwitch(VerifyConfig(target_false_hit_rate=0.01))
+    switch = HitSwitch(VerifyConfig(target_false_hit_rate=0.01))
     for _ in range(50):
         switch.record(True)
     assert switch.serving

@@ -44,7 +44,7 @@ from tests.support.fake_upstream import FakeModel, FakeTransport
 from tiers.base import Entry
 from tiers.lookup_outcome import LookupOutcome
 from tiers.lru_k import LruKTier
-from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
+from tiers.policies.thresholds import HitSwitch, ThresholdController
 from tiers.policies.ttl import TtlPolicy
 from tiers.semantic.tier import SemanticTier
 from tiers.service import CacheService
@@ -147,7 +147,7 @@ class World:
             FakeTransport(responder=model),
         )
         gate = UpstreamGate(self.client, AlwaysClosedBreaker(), AdmissionControl(4, 4, 1.0))
-        lemma_hits = LemmaHitSwitch(config)
+        lemma_hits = HitSwitch(config)
         self.verifier = Verifier(
             config, gate, self.service, self.thresholds, lemma_hits, None, random.Random(7)
         )
@@ -270,7 +270,7 @@ async def test_learned_hits_are_sampled_into_their_own_estimate(world: World) ->
     assert not world.verifier.maybe_verify(usual, world.upstream_request)  # sample_share 0
     assert world.verifier.maybe_verify(learned, world.upstream_request)  # learned share 1
     await world.verifier.drain()
-    assert world.thresholds.learned_estimator.estimate().verified == 1  # the fake agrees
+    assert world.thresholds.learned_hits.estimator.estimate().verified == 1  # the fake agrees
     assert world.thresholds.estimator.estimate().verified == 0
     assert world.thresholds.global_threshold == pytest.approx(0.9)
     assert await world.learned_threshold(neighbour) == pytest.approx(0.87)
@@ -283,8 +283,24 @@ async def test_a_wrong_learned_hit_resets_the_learned_threshold(world: World) ->
     assert hit is not None and hit.learned
     assert world.verifier.maybe_verify(hit, world.upstream_request)
     await world.verifier.drain()
-    estimate = world.thresholds.learned_estimator.estimate()
+    estimate = world.thresholds.learned_hits.estimator.estimate()
     assert (estimate.verified, estimate.wrong) == (1, 1)
     assert world.thresholds.estimator.estimate().verified == 0
     assert await world.learned_threshold(neighbour) is None
     assert (await world.ask("q2", at(0.88, 3))).hit is None
+
+
+async def test_while_learned_hits_are_off_the_held_back_miss_feeds_their_estimate(
+    world: World,
+) -> None:
+    neighbour = await world.neighbour()
+    await world.service.replace(replace(neighbour, learned_threshold=0.87))
+    for agreed in [False] * 3 + [True] * 7:
+        world.thresholds.learned_hits.record(agreed)
+    assert not world.thresholds.learned_hits.serving
+    outcome = await world.ask("q1", at(0.88, 2))  # a learned hit, were they served
+    assert outcome.hit is None and outcome.near_miss is not None
+    assert outcome.near_miss.held_back
+    await world.answer_miss("q1", at(0.88, 2), outcome)
+    assert world.thresholds.learned_hits.estimator.estimate().verified == 11  # the fake agrees
+    assert world.thresholds.estimator.estimate().verified == 0

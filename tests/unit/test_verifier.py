@@ -31,7 +31,7 @@ from tests.support.entries import TAG, make_entry
 from tests.support.fake_upstream import FakeModel, FakeTransport
 from tiers.base import Lookup, MatchKind, TierName
 from tiers.lru_k import LruKTier
-from tiers.policies.thresholds import LemmaHitSwitch, ThresholdController
+from tiers.policies.thresholds import HitSwitch, ThresholdController
 from tiers.service import CacheService
 
 
@@ -154,7 +154,7 @@ class World:
             sample_share=share, max_inflight=max_inflight, store_disagreeing=store_disagreeing
         )
         self.thresholds = ThresholdController(config, 0.86)
-        self.lemma_hits = LemmaHitSwitch(config)
+        self.lemma_hits = HitSwitch(config)
         self.client = UpstreamClient(
             UpstreamConfig(url="http://upstream.test/v1", max_retries=0),
             FakeTransport(responder=model),

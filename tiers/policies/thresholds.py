@@ -28,14 +28,19 @@ threshold_max]. Entries start with no floor of their own (floor = threshold_min)
   disagreement (there, or in a verification of a hit it served) drops it at once. Where set, the
   effective threshold is the smaller of the above and the learned one. This evidence is no
   uniform sample of hits, so it moves neither T nor the estimate; hits served through a learned
-  threshold get an estimate of their own (`learned_estimator`), sampled at a higher share.
+  threshold get an estimate of their own (`learned_hits`, a `HitSwitch`), sampled at a higher
+  share, and are served only while that estimate allows. While they are off, a lookup that
+  only a learned threshold would have let through is a near-miss held back: it goes upstream,
+  and its fresh answer against the entry's is a sample of exactly the hits held back, which
+  feeds that estimate and can turn them on again.
 
 `FalseHitEstimator` keeps the verified counts and gives the rate with a Wilson 95% interval.
 Only verifications feed it (and the global threshold): they are a uniform random sample of
 semantic hits; complaints are not (nobody reports the hits that were right).
 
-`LemmaHitSwitch` keeps lemma-key hits' own estimate (they have no similarity, so they never move
-T) and whether they are served: off while that estimate is clearly over the target.
+`HitSwitch` keeps the estimate of one kind of hit that must not move T, and whether that kind is
+served: off while its estimate is clearly over the target. Lemma-key hits have one (they have no
+similarity), and so do hits through learned thresholds.
 Everything here is pure: no I/O, no clock.
 """
 
@@ -109,7 +114,7 @@ class ThresholdController:
         self._recent: deque[bool] = deque(maxlen=_RECENT)  # True: a disagreement
         self.estimator = FalseHitEstimator()
         # Hits served only through a learned threshold: never in `estimator` (see the top).
-        self.learned_estimator = FalseHitEstimator()
+        self.learned_hits = HitSwitch(config)
         self.complaints = 0
         # Near-misses whose fresh answer agreed with their neighbour's, and those that did not.
         self.near_misses_agreed = 0
@@ -145,11 +150,20 @@ class ThresholdController:
 
     def effective(self, entry_floor: float, learned: float | None = None) -> float:
         """The similarity a candidate needs: max(T, its floor), or its learned threshold where
-        that is lower (kept within T − learn_distance, since T moves after it was learned)."""
+        that is lower (kept within T − learn_distance, since T moves after it was learned)
+        and hits through learned thresholds are served (`learned_hits`)."""
         usual = self._clamp(max(self._global, entry_floor))
-        if learned is None:
+        if learned is None or not self.learned_hits.serving:
             return usual
         return min(usual, max(learned, self._lowest_learned()))
+
+    def held_back(self, entry_floor: float, learned: float | None, similarity: float) -> bool:
+        """Whether a candidate at `similarity` would hit through its learned threshold, were
+        hits through learned thresholds served (they are not now: `learned_hits` is off)."""
+        if learned is None or self.learned_hits.serving:
+            return False
+        usual = self._clamp(max(self._global, entry_floor))
+        return similarity >= min(usual, max(learned, self._lowest_learned()))
 
     def learned_after(self, learned: float | None, similarity: float, agreed: bool) -> float | None:
         """An entry's learned threshold after a near-miss at `similarity` whose fresh answer
@@ -209,16 +223,19 @@ class ThresholdController:
         return min(self._config.threshold_max, max(self._config.threshold_min, value))
 
 
-class LemmaHitSwitch:
-    """Whether lemma-key hits are served, decided by their own verified false-hit rate.
+class HitSwitch:
+    """Whether one kind of hit is served (lemma-key hits; hits through learned thresholds),
+    decided by its own verified false-hit rate.
 
-    Lemma hits have no similarity, so their verifications feed this estimate only, never the
-    semantic threshold. Off once the estimate's 95% interval lies above
-    `verify.target_false_hit_rate` (the lookup then skips the lemma key and goes on to the
-    semantic tier); on again once the rate itself is back at or under the target. The gap
-    between the two is hysteresis: a rate near the target does not flip the switch at every
-    verification. While off, the matches held back are still sampled for verification (see
-    proxy/answering/verifier.py), or nothing could ever bring lemma hits back."""
+    These verifications feed this estimate only, never the semantic threshold: lemma hits have
+    no similarity, and learned hits are no uniform sample of semantic hits. Off once the
+    estimate's 95% interval lies above `verify.target_false_hit_rate` (lemma: the lookup skips
+    the lemma key and goes on to the semantic tier; learned: the usual threshold applies); on
+    again once the rate itself is back at or under the target. The gap between the two is
+    hysteresis: a rate near the target does not flip the switch at every verification. While
+    off, the matches held back still feed the estimate (lemma: sampled for verification, see
+    proxy/answering/verifier.py; learned: as near-misses, proxy/answering/miss_learning.py), or
+    nothing could ever bring them back."""
 
     def __init__(self, config: VerifyConfig) -> None:
         self._target = config.target_false_hit_rate
@@ -233,7 +250,7 @@ class LemmaHitSwitch:
         return self._serving
 
     def record(self, agreed: bool) -> None:
-        """One verification of a lemma match (served, or held back while off)."""
+        """One verification of a match of this kind (served, or held back while off)."""
         self.estimator.record(agreed)
         estimate = self.estimator.estimate()
         if self._serving and estimate.low > self._target:

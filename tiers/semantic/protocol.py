@@ -45,10 +45,12 @@ class NearestNotes:
         if self.similarity is None:
             self.similarity, self.threshold, self.refused = similarity, threshold, refused
 
-    def missed_near(self, entry_id: str, similarity: float, language: str = "en") -> None:
+    def missed_near(
+        self, entry_id: str, similarity: float, language: str = "en", held_back: bool = False
+    ) -> None:
         """A guard-passing candidate just under its threshold: noted when it is the first."""
         if self.near_miss is None:
-            self.near_miss = NearMiss(entry_id, similarity, language)
+            self.near_miss = NearMiss(entry_id, similarity, language, held_back)
 
     def decided(self, similarity: float, threshold: float, refused: GuardName | None) -> None:
         """The candidate that was served (`refused` None) or refused by the answer check."""

@@ -1,23 +1,24 @@
-"""The similarity tier: one FAISS index per partition, meaning guards on every candidate.
+"""The similarity tier: one FAISS index per partition and language, meaning guards on every
+candidate.
 
-A candidate answers the query only when its cosine reaches its effective threshold (the larger
-of the global threshold and the entry's own floor, or its learned threshold where lower, see
+A candidate answers the query only when its similarity (its cosine, on the common scale of
+tiers/policies/similarity_scale.py) reaches its effective threshold (the larger of the global
+threshold and the entry's own floor, or its learned threshold where lower, see
 tiers/policies/thresholds.py; or the relaxed threshold of a degraded lookup) and the meaning
-guards agree that the two prompts ask the same thing: same negation parity, numbers with
-units, entities, compatible roles.
+guards agree that the two prompts ask the same thing. A query searches only the index of its
+own language: each language embeds with its own model, and its answers are in that language.
 
 And only when its answer is not contradicted nearby (`semantic.answer_margin`): if another
-neighbour within that margin of the best cosine also passes the guards but was answered
-differently (answer vectors below `verify.answer_agreement`), the cache holds two answers for
-what reads as one question, and serving either is a coin toss; the lookup misses instead.
-Near-identical questions with different answers are where a threshold alone fails (measured on
-Banking77: "How do I reset my PIN?" and "How can I reset my PIN?", cosine 0.995, belong to
-different intents), and a neighbour that disagrees is the one signal the cache itself holds.
+neighbour within that margin of the best similarity also passes the guards but was answered
+differently (answers below `verify.answer_agreement`), the cache holds two answers for what
+reads as one question, and serving either is a coin toss; the lookup misses instead (measured
+on Banking77: "How do I reset my PIN?" and "How can I reset my PIN?", cosine 0.995, belong to
+different intents).
 
 The tier holds vectors and each entry's analysis, threshold and expiry, not the answers: a
-candidate's entry is loaded from the key-value tiers by id. All partitions together hold at
-most `max_entries` vectors; past that the least recently used go (their entries stay servable
-by exact key). Entries past TTL + grace are swept out.
+candidate's entry is loaded from the key-value tiers by id. All indexes together hold at most
+`max_entries` vectors; past that the least recently used go (their entries stay servable by
+exact key). Entries past TTL + grace are swept out.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ OFF_LOOP_MIN_VECTORS = 4096
 class _Indexed:
     entry_id: str
     partition: str
-    language: str  # the prompt's, as its analysis says: the index and the cosine scale
     vector_id: int
     threshold: float
     learned_threshold: float | None
@@ -91,10 +91,9 @@ class SemanticTier:
         self._recency: OrderedDict[str, None] = OrderedDict()
         self._ids = itertools.count(1)
         self._rebuilding: set[tuple[str, str]] = set()
-        # Searches and rebuilds in threads of their own: a rebuild to HNSW takes about a
-        # millisecond a vector (20 s at the default flat_max_entries), and searches queued
-        # behind it would wait that long. The old index serves meanwhile, so the rebuild runs
-        # at idle priority.
+        # Searches and rebuilds in threads of their own: a rebuild to HNSW takes about 1 ms a
+        # vector (20 s at the default flat_max_entries), and searches queued behind it would
+        # wait that long. The old index serves meanwhile: the rebuild runs at idle priority.
         self._search_thread = FaissThread("deja-faiss-search")
         self._rebuild_thread = FaissThread("deja-faiss-rebuild", idle=True)
         self.evictions = 0
@@ -175,12 +174,15 @@ class SemanticTier:
         """Note `item` when it may learn from this miss: with learning on, the first candidate
         within `learn_distance` under its threshold that the guards let through. Not counted as
         a guard rejection when they refuse: nothing was refused, it was no hit anyway."""
-        if notes.near_miss is not None or not self._thresholds.learning:
+        thresholds = self._thresholds
+        if notes.near_miss is not None or not thresholds.learning:
             return
-        if threshold - similarity > self._thresholds.learning_reach:
-            return
-        if (await self._guards(query, item.analysis, pacer)).agree:
-            notes.missed_near(item.entry_id, similarity, item.language)
+        if (
+            threshold - similarity <= thresholds.learning_reach
+            and (await self._guards(query, item.analysis, pacer)).agree
+        ):
+            held = thresholds.held_back(item.threshold, item.learned_threshold, similarity)
+            notes.missed_near(item.entry_id, similarity, item.analysis.language, held)
 
     async def contradicts(
         self,
@@ -199,9 +201,9 @@ class SemanticTier:
         own = index.vector(item.vector_id)
         if own is None:
             return False
-        similarity = self._thresholds.similarity(item.language, float(np.dot(vector, own)))
+        similarity = self._thresholds.similarity(item.analysis.language, float(np.dot(vector, own)))
         pacer = pacer or Unpaced()
-        neighbours = await self._neighbours(index, vector, item.language, pacer)
+        neighbours = await self._neighbours(index, vector, item.analysis.language, pacer)
         if await self._contradicted(query, item, similarity, neighbours, pacer):
             self._recorder.guard_rejected(GuardName.ANSWERS)
             return True
@@ -279,7 +281,7 @@ class SemanticTier:
             if other_similarity < similarity - margin:
                 break  # best first: the rest are further away still
             cosine = float(np.dot(best.answer, other.answer))
-            if self._thresholds.answers_agree(cosine, best.language):
+            if self._thresholds.answers_agree(cosine, best.analysis.language):
                 continue
             if (await self._guards(query, other.analysis, pacer)).agree:
                 return True
@@ -298,8 +300,7 @@ class SemanticTier:
         vector = np.frombuffer(entry.vector, dtype=np.float32)
         dim = self._dims.get(analysis.language, 0)
         if not dim or vector.shape != (dim,):
-            # Written by a replica with another embedding model or language: not comparable.
-            return
+            return  # a replica's with another embedding model or language: not comparable
         key = (entry.partition, analysis.language)
         index = self._indexes.get(key)
         if index is None:
@@ -311,7 +312,6 @@ class SemanticTier:
         self._entries[entry.entry_id] = _Indexed(
             entry.entry_id,
             entry.partition,
-            analysis.language,
             vector_id,
             entry.threshold,
             entry.learned_threshold,
@@ -343,7 +343,7 @@ class SemanticTier:
             item.expires_at = entry.expires_at
             item.hard_expires_at = entry.hard_expires_at
             if item.answer is None:
-                item.answer = self._answer_of(entry, item.language)
+                item.answer = self._answer_of(entry, item.analysis.language)
 
     def _answer_of(self, entry: Entry, language: str) -> np.ndarray | None:
         if entry.answer_vector is None:
@@ -358,7 +358,7 @@ class SemanticTier:
             return False
         self._recency.pop(entry_id, None)
         self._by_vector.pop(item.vector_id, None)
-        key = (item.partition, item.language)
+        key = (item.partition, item.analysis.language)
         index = self._indexes[key]
         index.remove(item.vector_id)
         if len(index) == 0:
