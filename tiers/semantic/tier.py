@@ -78,13 +78,13 @@ class SemanticTier:
         recorder: CacheRecorder,
     ):
         self._config = config
-        # Each language's embedding dimension, known once its model is loaded (set_dimension).
+        # Each language's embedding dimension, known once its model is loaded (set_dimension);
+        # one index per partition and language: two languages' vectors come from two models.
         self._dims: dict[str, int] = {}
         self._guard = guard
         self._thresholds = thresholds
         self._clock = clock
         self._recorder = recorder
-        # One index per partition and language: two languages' vectors come from two models.
         self._indexes: dict[tuple[str, str], PartitionIndex[faiss.Index]] = {}
         self._entries: dict[str, _Indexed] = {}
         self._by_vector: dict[int, str] = {}
