@@ -78,8 +78,8 @@ class SemanticTier:
         recorder: CacheRecorder,
     ):
         self._config = config
-        # Each language's embedding dimension, known once its model is loaded (set_dimension);
-        # one index per partition and language: two languages' vectors come from two models.
+        # Per language (two languages' vectors come from two models): its dimension, set once
+        # its model is loaded, and one index per partition.
         self._dims: dict[str, int] = {}
         self._guard = guard
         self._thresholds = thresholds
@@ -97,8 +97,7 @@ class SemanticTier:
         self._search_thread = FaissThread("deja-faiss-search")
         self._rebuild_thread = FaissThread("deja-faiss-rebuild", idle=True)
         self.evictions = 0
-        # MODELS.md: FAISS with 2 OpenMP threads slows 10-30× when another process wants a
-        # core; one thread per search, and batching, is faster here.
+        # MODELS.md: FAISS on 2 OpenMP threads slows 10-30× when another process wants a core.
         faiss.omp_set_num_threads(1)
 
     def set_dimension(self, dim: int, language: str = "en") -> None:
