@@ -52,7 +52,7 @@ _CLAUSE_MODIFIERS = frozenset({"relcl", "advcl", "acl"})
 _TITLE_CASE_SHARE = 0.6
 _TITLE_CASE_MIN_WORDS = 2
 _SPACY_BATCH = 64
-# Clausal complements that a negation reaches ("can't *get* it to *work*"), and how deep.
+# Clausal complements that a negation reaches ("can't *seem* to *use*"), and how deep.
 _COMPLEMENT_DEPS = frozenset({"xcomp", "ccomp"})
 _NEGATION_SCOPE_DEPTH = 2
 
@@ -179,9 +179,11 @@ def _negated_word(negator: Token) -> Token | None:
 
 def _negation_scope(negator: Token) -> str:
     """The negated word, joined by `NEGATION_SCOPE_JOINER` to the verbs the negation reaches
-    through the complements of a transparent verb: "I *can't* get my card to work" negates
-    "work" as "My card doesn't work" does, and "I can't seem to use my card" negates "use"
-    (`NEGATION_TRANSPARENT_VERBS`). A bare negator gives ""."""
+    through the clausal complements of a transparent verb: "My card doesn't seem to work"
+    negates "work" as "My card isn't working" does, and "I can't seem to use my card" negates
+    "use" (`NEGATION_TRANSPARENT_VERBS`; only where the parser attaches the complement as one:
+    it often reads "I can't get my card to *work*" as an adverbial clause). A bare negator gives
+    ""."""
     head = _negated_word(negator)
     if head is None:
         return ""
