@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.quality                       # everything, full data
     .venv/bin/python -m bench.quality --sets paws-wiki,mrpc --qqp-sample 5000
+    .venv/bin/python -m bench.quality --skip qqp            # all but QQP (while iterating)
 
 Pairs (QQP, PAWS-Wiki, MRPC) report precision, recall and false-positive rate (wrong hits /
 non-duplicate pairs) of the full hit rule (cosine ≥ threshold and the meaning guards agree) at
@@ -155,7 +156,23 @@ def run_pairs(bench: Bench, name: str, pairs: list[Pair], gpt: GptCacheScorer) -
         "label_ceiling": label_ceiling(
             [(p.a, p.b) for p in pairs], cos, labels, allowed["shipped"], MAX_FPR
         ),
+        "by_kind": _hits_by_kind(pairs, (cos >= t0) & allowed["shipped"]),
     }
+
+
+def _hits_by_kind(pairs: list[Pair], hit: np.ndarray) -> dict[str, dict[str, Any]]:
+    """Hits of the shipped rule per kind of pair (own sets: paraphrases and each trap kind),
+    with the pairs missed or hit shown for the report."""
+    out: dict[str, dict[str, Any]] = {}
+    for pair, h in zip(pairs, hit, strict=True):
+        if not pair.kind:
+            continue
+        entry = out.setdefault(pair.kind, {"pairs": 0, "hits": 0, "wrong": []})
+        entry["pairs"] += 1
+        entry["hits"] += int(h)
+        if bool(h) != bool(pair.label):
+            entry["wrong"].append([pair.a, pair.b])
+    return out
 
 
 def run_workload(bench: Bench, name: str, gpt: GptCacheScorer) -> dict[str, Any]:
@@ -258,6 +275,7 @@ def measure_latency(bench: Bench, samples: int) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default=",".join(PAIR_SETS + WORKLOADS))
+    parser.add_argument("--skip", default="", help="sets to leave out, e.g. qqp")
     parser.add_argument("--qqp-sample", type=int, default=0, help="QQP pairs to use (0: all)")
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--out", type=Path, default=RESULTS / "quality.json")
@@ -267,7 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = Bench(config)
     gpt = GptCacheScorer(bench.encoder.dim)
     results: dict[str, Any] = {"config": asdict(config), "pairs": {}, "workloads": {}}
-    for name in args.sets.split(","):
+    skipped = set(args.skip.split(","))
+    for name in (n for n in args.sets.split(",") if n not in skipped):
         started = time.perf_counter()
         print(f"== {name}", flush=True)
         if name in PAIR_SETS:

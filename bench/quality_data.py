@@ -23,9 +23,14 @@ from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+# Our own hand-written sets (shipped with the bench only): everyday chatbot questions.
+OWN_DATA_DIR = Path(__file__).resolve().parent / "data"
 CACHE_DIR = Path(__file__).resolve().parent / "results" / "cache"
 
-PAIR_SETS = ("qqp", "paws-wiki", "mrpc")
+# everyday-en: paraphrases users type to a chatbot, and traps (negation, numbers with units,
+# entities, swapped roles, antonyms, another kind of question), each pair with its `kind`.
+OWN_PAIR_SETS = ("everyday-en",)
+PAIR_SETS = ("qqp", "paws-wiki", "mrpc", *OWN_PAIR_SETS)
 WORKLOADS = ("banking77", "clinc150")
 
 
@@ -34,6 +39,7 @@ class Pair:
     a: str
     b: str
     label: int
+    kind: str = ""  # own sets: "paraphrase", or the trap's kind ("negation", "role", …)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +49,11 @@ class Prompt:
 
 
 def load_pairs(name: str, data_dir: Path = DATA_DIR) -> list[Pair]:
-    rows = _read_jsonl(data_dir / f"{name}.dev.jsonl")
-    return [Pair(str(r["a"]), str(r["b"]), int(r["label"])) for r in rows]
+    if name in OWN_PAIR_SETS:
+        rows = _read_jsonl(OWN_DATA_DIR / f"{name}.jsonl")
+    else:
+        rows = _read_jsonl(data_dir / f"{name}.dev.jsonl")
+    return [Pair(str(r["a"]), str(r["b"]), int(r["label"]), str(r.get("kind", ""))) for r in rows]
 
 
 def load_workload(name: str, data_dir: Path = DATA_DIR) -> list[Prompt]:

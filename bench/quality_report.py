@@ -8,7 +8,8 @@ SHOWN_THRESHOLDS = (0.80, 0.84, 0.86, 0.88, 0.90, 0.92, 0.95)
 
 
 def targets(results: dict[str, Any]) -> dict[str, Any]:
-    """QQP: FPR ≤ 1 % with ≥ 2× the bare recall at 1 %; PAWS: P ≥ 0.9 at R ≥ 0.3."""
+    """QQP: FPR ≤ 1 % with ≥ 2× the bare recall at 1 %; PAWS: P ≥ 0.9 at R ≥ 0.45 (issue 20;
+    issue 4 asked R ≥ 0.3); everyday-en: no trap hit and ≥ 80 % of the paraphrases hit."""
     out: dict[str, Any] = {}
     qqp = results["pairs"].get("qqp")
     if qqp:
@@ -28,7 +29,15 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
         out["paws-wiki"] = {
             "shipped_precision": shipped["precision"],
             "shipped_recall": shipped["recall"],
-            "met": shipped["precision"] >= 0.9 and shipped["recall"] >= 0.3,
+            "met": shipped["precision"] >= 0.9 and shipped["recall"] >= 0.45,
+        }
+    everyday = results["pairs"].get("everyday-en")
+    if everyday:
+        shipped = everyday["shipped"]
+        out["everyday-en"] = {
+            "paraphrase_recall": shipped["recall"],
+            "trap_hits": shipped["wrong"],
+            "met": shipped["wrong"] == 0 and shipped["recall"] >= 0.8,
         }
     return out
 
@@ -91,13 +100,18 @@ def render_markdown(results: dict[str, Any]) -> str:
                 shown = f"{t}" if t is not None else _threshold_of(rates, label)
                 lines.append(f"| {name} ({r['prompts']}) | {label} | {shown} | {_prf(rates)} |")
     lines += _label_ceilings(results)
+    lines += _by_kind(results)
     lines += _sweeps(results)
     lines += _ablations(results, t0)
     if "targets" in results:
         lines += ["", "### Targets", ""]
         for name, t in results["targets"].items():
             verdict = "met" if t["met"] else "NOT met"
-            detail = ", ".join(f"{k} {v:.3f}" for k, v in t.items() if isinstance(v, float))
+            detail = ", ".join(
+                f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in t.items()
+                if not isinstance(v, bool)
+            )
             lines.append(f"- {name}: **{verdict}** ({detail})")
     if "latency" in results:
         lat = results["latency"]
@@ -110,6 +124,23 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"one guard comparison p50 {lat['guard_p50_us']:.1f} µs.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _by_kind(results: dict[str, Any]) -> list[str]:
+    """Own sets: hits of the shipped rule per kind of pair, and the pairs it got wrong."""
+    lines: list[str] = []
+    for name, r in results["pairs"].items():
+        kinds = r.get("by_kind") or {}
+        if not kinds:
+            continue
+        lines += ["", f"### {name}: hits of the shipped rule per kind", ""]
+        lines += ["| kind | pairs | hits |", "|---|---|---|"]
+        lines += [f"| {k} | {v['pairs']} | {v['hits']} |" for k, v in sorted(kinds.items())]
+        wrong = [(k, a, b) for k, v in sorted(kinds.items()) for a, b in v["wrong"]]
+        if wrong:
+            lines += ["", "Wrong (a paraphrase missed, or a trap hit):", ""]
+            lines += [f"- {k}: {a!r} / {b!r}" for k, a, b in wrong]
+    return lines
 
 
 def _label_ceilings(results: dict[str, Any]) -> list[str]:

@@ -54,9 +54,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from core.semantic_config import SemanticConfig
-from normalize.meaning.lexicon import ANTONYMS, MIN_PREFIX_BASE_CHARS, NEGATING_PREFIXES, NEGATORS
+from normalize.meaning.lexicon import (
+    ANTONYMS,
+    MIN_PREFIX_BASE_CHARS,
+    NEGATING_PREFIXES,
+    NEGATION_SCOPE_JOINER,
+    NEGATORS,
+)
 from normalize.meaning.rearrangement import rearranged
 from normalize.meaning.role_guards import exchanged, parsed_roles
+from normalize.meaning.roles import head_word
 from normalize.meaning.signature import Analysis, MeaningSignature
 
 _SPECIFIC_ASKS_EXCLUDED = frozenset({"thing"})
@@ -108,7 +115,7 @@ class MeaningGuard:
             or (self._antonym(q, c) if self._antonyms else None)
             or (_numbers(q, c) if self._numbers else None)
             or (_entities(query, cached) if self._entities else None)
-            or (_question(q, c) if self._question else None)
+            or (_question(query, cached) if self._question else None)
             or (parsed_roles(query, cached) if self._roles else None)
         )
         if reason or not self._roles:
@@ -158,7 +165,15 @@ def _aligned_negators(text: Analysis, other: Analysis) -> int:
     ("Is it safe?" / "Is it not safe?") flips the shared meaning. A negator with no head (a
     bare "No") always counts.
     """
-    return sum(1 for head in text.signature.negated if not head or head in other.words)
+    return sum(
+        1
+        for scope in text.signature.negated
+        if not scope or any(w in other.words for w in scope.split(NEGATION_SCOPE_JOINER))
+    )
+
+
+def _negated_words(analysis: Analysis) -> set[str]:
+    return {w for scope in analysis.signature.negated for w in scope.split(NEGATION_SCOPE_JOINER)}
 
 
 def _prefix_antonyms(query: Analysis, cached: Analysis) -> tuple[list[str], list[str]]:
@@ -182,7 +197,7 @@ def _prefixed(words: set[str], bases: set[str]) -> list[str]:
 def _negation_scope(query: Analysis, cached: Analysis) -> str | None:
     # Each text negates a word the other also has but does not negate: "I do not want X but
     # want Y" / "I want X but do not want Y".
-    neg_q, neg_c = set(query.signature.negated), set(cached.signature.negated)
+    neg_q, neg_c = _negated_words(query), _negated_words(cached)
     moved_q = {w for w in neg_q - neg_c if w in cached.words}
     moved_c = {w for w in neg_c - neg_q if w in query.words}
     if moved_q and moved_c:
@@ -229,9 +244,27 @@ def _mentioned(word: str, words: frozenset[str]) -> bool:
     return word in words or word + "s" in words or (word.endswith("s") and word[:-1] in words)
 
 
-def _question(q: MeaningSignature, c: MeaningSignature) -> str | None:
-    kinds_q = set(q.asks) - _SPECIFIC_ASKS_EXCLUDED
-    kinds_c = set(c.asks) - _SPECIFIC_ASKS_EXCLUDED
-    if kinds_q and kinds_c and kinds_q.isdisjoint(kinds_c):
-        return f"question: asks {sorted(kinds_q)} vs {sorted(kinds_c)}"
-    return None
+def _question(query: Analysis, cached: Analysis) -> str | None:
+    kinds_q = set(query.signature.asks) - _SPECIFIC_ASKS_EXCLUDED
+    kinds_c = set(cached.signature.asks) - _SPECIFIC_ASKS_EXCLUDED
+    if not (kinds_q and kinds_c and kinds_q.isdisjoint(kinds_c)):
+        return None
+    if kinds_q | kinds_c == _HOW_TO_KINDS and _asks_to_find(query) and _asks_to_find(cached):
+        return None
+    return f"question: asks {sorted(kinds_q)} vs {sorted(kinds_c)}"
+
+
+# "How do I find my W-2?" and "Where can I find my W-2?" ask one thing, where it is; "How do
+# I get free internet?" and "Where do I get free internet?", or "How was Google founded?" and
+# "Where was Google founded?", do not.
+_HOW_TO_KINDS = frozenset({"manner", "place"})
+_ASKERS = frozenset({"i", "we", "you", "one"})
+_FINDING_VERBS = frozenset({"find", "locate", "see"})
+
+
+def _asks_to_find(analysis: Analysis) -> bool:
+    """The asker (I, we, you, one) is the one who finds, locates or sees."""
+    return any(
+        f.role == "subj" and f.item in _ASKERS and head_word(f.head) in _FINDING_VERBS
+        for f in analysis.signature.roles
+    )

@@ -29,6 +29,8 @@ from normalize.meaning.lexicon import (
     ANTONYM_WORDS,
     HOW_QUANTITY,
     MANNER_NEUTRAL_AUX,
+    NEGATION_SCOPE_JOINER,
+    NEGATION_TRANSPARENT_VERBS,
     NEGATORS,
     PARTICLE_ANTONYMS,
     WH_ANSWER_KIND,
@@ -50,6 +52,9 @@ _CLAUSE_MODIFIERS = frozenset({"relcl", "advcl", "acl"})
 _TITLE_CASE_SHARE = 0.6
 _TITLE_CASE_MIN_WORDS = 2
 _SPACY_BATCH = 64
+# Clausal complements that a negation reaches ("can't *seem* to *use*"), and how deep.
+_COMPLEMENT_DEPS = frozenset({"xcomp", "ccomp"})
+_NEGATION_SCOPE_DEPTH = 2
 
 
 class LemmaAnalyzer:
@@ -103,7 +108,7 @@ class LemmaAnalyzer:
         negators = [t for t in tokens if _is_negator(t)]
         signature = MeaningSignature(
             negations=len(negators),
-            negated=tuple(sorted(_negated_word(t) for t in negators)),
+            negated=tuple(sorted(_negation_scope(t) for t in negators)),
             quantities=quantities,
             math=math,
             entities=self._entities(doc),
@@ -155,21 +160,44 @@ def _is_negator(tok: Token) -> bool:
     return tok.dep_ == "neg" or tok.lower_ in NEGATORS or tok.lemma_.lower() in NEGATORS
 
 
-def _negated_word(negator: Token) -> str:
+def _negated_word(negator: Token) -> Token | None:
     """The word a negator negates: its head, or the main verb when the head is an auxiliary
     ("Why *isn't* my card *working*?" negates "work", as "Why is my card not working?" does)."""
     if negator.pos_ == "ADJ":  # "unable to log in" negates "log"
         verbs = [c for c in negator.children if c.pos_ in ("VERB", "AUX")]
         if verbs:
-            return token_key(verbs[0])
+            return verbs[0]
     head = negator.head
     if head.i == negator.i:
-        return ""
+        return None
     if head.pos_ == "AUX" or head.lemma_ in ("be", "do", "have"):
         verbs = [c for c in head.children if c.pos_ == "VERB" and c.dep_ != "neg"]
         if verbs:
-            return token_key(verbs[0])
-    return token_key(head)
+            return verbs[0]
+    return head
+
+
+def _negation_scope(negator: Token) -> str:
+    """The negated word, joined by `NEGATION_SCOPE_JOINER` to the verbs the negation reaches
+    through the clausal complements of a transparent verb: "My card doesn't seem to work"
+    negates "work" as "My card isn't working" does, and "I can't seem to use my card" negates
+    "use" (`NEGATION_TRANSPARENT_VERBS`; only where the parser attaches the complement as one:
+    it often reads "I can't get my card to *work*" as an adverbial clause). A bare negator gives
+    ""."""
+    head = _negated_word(negator)
+    if head is None:
+        return ""
+    scope, frontier = [head], [head]
+    for _ in range(_NEGATION_SCOPE_DEPTH):
+        frontier = [
+            c
+            for t in frontier
+            if token_key(t) in NEGATION_TRANSPARENT_VERBS
+            for c in t.children
+            if c.dep_ in _COMPLEMENT_DEPS
+        ]
+        scope.extend(frontier)
+    return NEGATION_SCOPE_JOINER.join(dict.fromkeys(token_key(t) for t in scope))
 
 
 def _is_polar(tok: Token) -> bool:

@@ -159,6 +159,7 @@ _OPPOSITES: tuple[tuple[str, str], ...] = (
     ("old", "new young"),
     ("modern", "ancient"),
     ("first", "last"),
+    ("next", "last previous"),
     ("most", "least"),
     ("more", "less fewer"),
     ("many", "few"),
@@ -398,7 +399,20 @@ WH_ANSWER_KIND: dict[str, str] = {
 # "how" + one of these asks for a quantity, not a manner.
 HOW_QUANTITY = frozenset(
     {"many", "much", "long", "far", "old", "big", "large", "tall", "often", "high", "fast", "soon"}
+    # Measurable degrees: "How hot / deep / expensive is X?" asks what "What temperature /
+    # depth / price is X?" and "How much does X cost?" ask. ("How good is X?" still asks how X
+    # is, as "How's X?" does.)
+    | {"hot", "cold", "warm", "deep", "wide", "heavy", "expensive", "cheap", "costly", "thick"}
+    | {"short", "small", "low", "loud", "bright", "early", "late", "quickly"}
 )
+
+# Verbs whose negation reaches the verb they take as a complement: "I can't *seem* to use my
+# card" and "I can't *get* my card to work" deny using and working; "I don't *know* how to
+# activate it" and "I don't *want* to verify" do not deny activating or verifying.
+NEGATION_TRANSPARENT_VERBS = frozenset({"seem", "appear", "get", "manage", "happen", "able"})
+
+# Joins a negated word to the words its negation reaches (`Analysis.signature.negated`).
+NEGATION_SCOPE_JOINER = ">"
 
 # Modal verbs that do not change what a "how" question asks ("How do I…" / "How can I…").
 MANNER_NEUTRAL_AUX = frozenset({"do", "can", "could"})

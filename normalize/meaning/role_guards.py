@@ -29,6 +29,7 @@ def parsed_roles(query: Analysis, cached: Analysis) -> str | None:
         or _moved(fq, fc, query.words, cached.words)
         or _roles_exchanged(fq, fc)
         or _topic_and_agent(fq, fc)
+        or _direction_reversed(fq, fc)
     )
 
 
@@ -52,10 +53,30 @@ def _slot_changed_hands(fq: list[RoleFact], fc: list[RoleFact]) -> str | None:
     hq, hc = _holders(fq), _holders(fc)
     for slot in sorted(hq.keys() & hc.keys()):
         left, came = hq[slot] - hc[slot], hc[slot] - hq[slot]
-        if left and came:
+        if (
+            left
+            and came
+            and not (slot[0] == "mod" and _reworded_modifier(fq, fc, slot, left, came))
+        ):
             role, head = slot
             return f"role: {role} of {head!r} is {sorted(left)} vs {sorted(came)}"
     return None
+
+
+def _reworded_modifier(
+    fq: list[RoleFact], fc: list[RoleFact], slot: tuple[str, str], left: set[str], came: set[str]
+) -> bool:
+    """The modifiers new to a noun in one text were its prepositional objects in the other:
+    "the fastest animal on land" / "the fastest land animal", "tickets to the Louvre" /
+    "Louvre tickets", "an app for mindfulness" / "a mindfulness app". A modifier that came from
+    another noun ("several churches … new centres" / "new churches … several centres") still
+    changes hands."""
+    head = slot[1]
+    return _objects_of(fq, head) >= came or _objects_of(fc, head) >= left
+
+
+def _objects_of(facts: list[RoleFact], head: str) -> set[str]:
+    return {f.item for f in facts if f.head == head and f.role.startswith("p:")}
 
 
 def _argument_roles(facts: list[RoleFact]) -> dict[tuple[str, str], set[str]]:
@@ -133,6 +154,26 @@ def _topic_and_agent(fq: list[RoleFact], fc: list[RoleFact]) -> str | None:
         for topic, other in ((rq[item], rc[item]), (rc[item], rq[item])):
             if "p:topic" in topic - other and other & _AGENT_ROLES and not topic & _AGENT_ROLES:
                 return f"role: {item!r} is what one text is about and who acts in the other"
+    return None
+
+
+_DIRECTIONS = frozenset({"p:source", "p:goal"})
+
+
+def _direction_reversed(fq: list[RoleFact], fc: list[RoleFact]) -> str | None:
+    """An aligned word is where something goes in one text and where it comes from in the
+    other, whatever the verbs ("transfer money *into* my account" / "take money *from* my
+    account"). Heads are left out, as in `_roles_exchanged`; a word that is both source and goal
+    in one text (two clauses) is left to the slot tests."""
+    rq: dict[str, set[str]] = defaultdict(set)
+    rc: dict[str, set[str]] = defaultdict(set)
+    for facts, roles in ((fq, rq), (fc, rc)):
+        for f in facts:
+            if f.role in _DIRECTIONS and f.kind != "p":
+                roles[f.item].add(f.role)
+    for item in sorted(rq.keys() & rc.keys()):
+        if len(rq[item]) == len(rc[item]) == 1 and rq[item] != rc[item]:
+            return f"role: {item!r} is {sorted(rq[item])[0]} vs {sorted(rc[item])[0]}"
     return None
 
 

@@ -92,6 +92,14 @@ def test_each_guard_stops_its_case_and_can_be_switched_off(
             "What should I do if my card was stolen while travelling abroad?",
             "If my card was stolen while travelling abroad, what should I do?",
         ),
+        # A negation reaches through "seem to": both deny that the card works.
+        ("My card doesn't seem to work", "My card isn't working"),
+        # "How" + a measurable adjective asks a quantity, as "how much" does.
+        ("How expensive is a taxi in Paris?", "How much does a taxi cost in Paris?"),
+        # "How" and "where" agree about finding something.
+        ("How do I find my W-2 form?", "Where can I find my W-2 form?"),
+        # A noun's prepositional object became its modifier.
+        ("What's the fastest animal on land?", "Which land animal is the fastest?"),
     ],
 )
 def test_guards_are_not_blunt(analyzer: LemmaAnalyzer, guard: MeaningGuard, a: str, b: str) -> None:
@@ -130,6 +138,10 @@ def test_negation_scope_must_match(analyzer: LemmaAnalyzer, guard: MeaningGuard)
         ("Is Paris the capital of France?", "Is France the capital of Paris?"),
         ("Is John the father of Mike?", "Is Mike the father of John?"),
         ("Is the teacher a student?", "Is the student a teacher?"),
+        # Where something goes in one and where it comes from in the other.
+        ("How do I transfer money into my account?", "How do I take money from my account?"),
+        # Modifiers exchanged between two nouns.
+        ("I want the red car and the blue bike", "I want the blue car and the red bike"),
     ],
 )
 def test_roles_still_stop_prepositions_that_change_the_question_and_copula_swaps(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.semantic_config import SemanticConfig
 from normalize.meaning.language import LanguageGate
 from normalize.meaning.lemmas import LemmaAnalyzer
 from tests.models.hit_rule import HitRule
@@ -47,8 +48,23 @@ MUST_HIT: list[tuple[str, str]] = [
     ("Why can't I log in to my account?", "Why am I unable to log in to my account?"),
     ("What time does the store close on Sunday?", "When does the store close on Sundays?"),
     ("Why is the ocean salty?", "What makes the ocean salty?"),
-    # Below the threshold (0.894) but the same lemma key.
+    # The same lemma key (cosine 0.894): no guard runs.
     ("Tell me a joke", "Tell me a joke please"),
+    # Everyday paraphrases that MiniLM scores 0.85-0.90 (under the old default of 0.90).
+    ("Give me a recipe for pancakes", "How do I make pancakes?"),
+    ("What causes rainbows?", "Why do rainbows appear?"),
+    ("Where do penguins live?", "What is the habitat of penguins?"),
+    ("How do airplanes stay in the air?", "How do planes stay up in the air?"),
+    # Question frames and prepositions that paraphrases trade.
+    ("How hot is the surface of the sun?", "What temperature is the sun's surface?"),
+    ("How cold is the surface of the moon?", "What is the temperature of the moon's surface?"),
+    ("What is the price of a Big Mac in Japan?", "How much does a Big Mac cost in Japan?"),
+    ("Where can I find my Wi-Fi password?", "Where is my Wi-Fi password?"),
+    ("How do I find my W-2 form?", "Where can I find my W-2 form?"),
+    ("How do I change a flat tire?", "What is the way to change a flat tire?"),
+    ("What is the sun's core made of?", "What is the core of the sun made of?"),
+    ("What's the fastest animal on land?", "Which land animal is the fastest?"),
+    ("I can't seem to use my card", "I can't use my card"),
 ]
 
 # (cached prompt, new prompt, the guard that must stop it).
@@ -120,6 +136,12 @@ NEVER_HIT: list[tuple[str, str, str]] = [
     ("Can a landlord evict a tenant?", "Can a tenant evict a landlord?", "role"),
     ("What did Einstein say about Newton?", "What did Newton say about Einstein?", "role"),
     ("Convert 32 Fahrenheit to Celsius", "Convert 32 Celsius to Fahrenheit", "number"),
+    ("Does the moon orbit the Earth?", "Does the Earth orbit the moon?", "role"),
+    ("Can dogs catch colds from humans?", "Can humans catch colds from dogs?", "role"),
+    ("Is a kilogram heavier than a pound?", "Is a pound heavier than a kilogram?", "role"),
+    # Where money goes in one and where it comes from in the other, under reworded verbs.
+    ("How do I transfer money into my account?", "How do I take money from my account?", "role"),
+    ("I want the red car and the blue bike", "I want the blue car and the red bike", "role"),
     # antonyms
     ("How do I enable dark mode?", "How do I disable dark mode?", "antonym"),
     ("How do I increase my credit limit?", "How do I decrease my credit limit?", "antonym"),
@@ -138,10 +160,26 @@ NEVER_HIT: list[tuple[str, str, str]] = [
     ("What foods raise blood pressure?", "What foods lower blood pressure?", "antonym"),
     ("Why is my battery draining fast?", "Why is my battery draining slowly?", "antonym"),
     ("How old was Mozart when he died?", "How old was Mozart when he was born?", "antonym"),
+    ("When is the next train to Boston?", "When is the last train to Boston?", "antonym"),
+    ("What's the minimum age to rent a car?", "What's the maximum age to rent a car?", "antonym"),
+    ("How do I turn on dark mode in Chrome?", "How do I turn off dark mode in Chrome?", "antonym"),
+    # negation, numbers with units, at cosines 0.87-0.97
+    (
+        "Is the Great Wall of China visible from space?",
+        "Is the Great Wall of China not visible from space?",
+        "negation",
+    ),
+    ("I want to verify my identity", "I don't want to verify my identity", "negation"),
+    ("Is 5 mg of melatonin too much?", "Is 5 g of melatonin too much?", "number"),
+    ("What can I do in Paris in 3 days?", "What can I do in Paris in 3 weeks?", "number"),
     # another kind of question
     ("When was Google founded?", "Where was Google founded?", "question"),
     ("Who invented the telephone?", "When was the telephone invented?", "question"),
     ("Why is the sky blue?", "How is the sky blue?", "question"),
+    ("Why do leaves change color in autumn?", "When do leaves change color in autumn?", "question"),
+    ("Who built the pyramids?", "How were the pyramids built?", "question"),
+    # "Where" and "how" agree only about finding something.
+    ("Where can I buy a car?", "How can I buy a car?", "question"),
 ]
 
 # Other languages: the guards cannot read them, so only exact matches count.
@@ -179,9 +217,11 @@ def test_changed_meaning_never_hits_in_either_direction(
     assert not decision.hit, decision
 
 
-def test_guards_are_what_stops_most_never_hit_cases(hit_rule: HitRule) -> None:
+def test_guards_are_what_stops_most_never_hit_cases(
+    hit_rule: HitRule, config: SemanticConfig
+) -> None:
     # Without the guards these would be hits: the cosine alone cannot tell them apart.
-    above = [c for c in NEVER_HIT if hit_rule.decide(c[1], c[0]).cosine >= 0.90]
+    above = [c for c in NEVER_HIT if hit_rule.decide(c[1], c[0]).cosine >= config.threshold]
     assert len(above) >= len(NEVER_HIT) // 2
 
 
