@@ -1,5 +1,6 @@
-"""Two real `deja serve` processes sharing one real Redis, in front of the stub upstream (a
-process too): what one replica learns or is told, the other knows.
+"""Two real `deja serve` processes sharing one real Redis, or one real six-node Redis Cluster
+(every test runs on both), in front of the stub upstream (a process too): what one replica
+learns or is told, the other knows.
 
 Exact tier (semantic off): entries, feedback (eviction and new TTLs), deletion, invalidation,
 refreshed answers and warm-up through A (or B) reach the other. Semantic tier (real MiniLM +
@@ -19,6 +20,7 @@ import pytest
 
 from tests.support.blocking_http import Reply, eventually, http
 from tests.support.processes import ServerProcess, proxy
+from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.stub_process import stub_argv
 from tests.support.warmup_lines import warm_up_line
@@ -60,16 +62,25 @@ def stored(server: ServerProcess, question: str, **kwargs: Any) -> str:
     return entry_id
 
 
+# Where the replicas keep their shared state: one redis-server, or a Redis Cluster.
+BACKENDS = ["redis", "redis_cluster"]
+
+
 class Stack:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.redis = RedisServer()
-        self.redis.start()
-        port = free_port()
-        self.stub = ServerProcess("stub", stub_argv(port), port)
+    def __init__(self, env: dict[str, str], backend: str = "redis") -> None:
+        self.redis: RedisServer | RedisClusterNodes = (
+            RedisClusterNodes() if backend == "redis_cluster" else RedisServer()
+        )
+        # What a replica of this stack runs with (the cluster flag where it is one).
+        self.env = {**env, "DEJA_REDIS__CLUSTER": str(backend == "redis_cluster").lower()}
         self.replicas: list[ServerProcess] = []
+        self.stub: ServerProcess | None = None
         try:
+            self.redis.start()
+            port = free_port()
+            self.stub = ServerProcess("stub", stub_argv(port), port)
             self.stub.wait_ready("/v1/models", timeout_s=30)
-            self.replicas = [proxy(f"{self.stub.url}/v1", self.redis.url, env) for _ in range(2)]
+            self.replicas = [self.replica() for _ in range(2)]
             for replica in self.replicas:
                 replica.wait_ready(timeout_s=300)
         except BaseException:
@@ -77,16 +88,26 @@ class Stack:
             raise
         self.a, self.b = self.replicas
 
+    @property
+    def upstream(self) -> str:
+        assert self.stub is not None
+        return f"{self.stub.url}/v1"
+
+    def replica(self) -> ServerProcess:
+        """One more `deja serve` on this stack's upstream and Redis (not waited for)."""
+        return proxy(self.upstream, self.redis.url, self.env)
+
     def close(self) -> None:
         for replica in self.replicas:
             replica.stop()
-        self.stub.stop()
+        if self.stub is not None:
+            self.stub.stop()
         self.redis.close()
 
 
-@pytest.fixture(scope="module")
-def exact() -> Iterator[Stack]:
-    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "false"})
+@pytest.fixture(scope="module", params=BACKENDS)
+def exact(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "false"}, request.param)
     yield stack
     stack.close()
 
@@ -196,9 +217,9 @@ def test_warm_up_through_a_makes_b_hit(exact: Stack) -> None:
 # --- semantic tier -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def semantic() -> Iterator[Stack]:
-    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "true"})
+@pytest.fixture(scope="module", params=BACKENDS)
+def semantic(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "true"}, request.param)
     yield stack
     stack.close()
 
@@ -286,8 +307,7 @@ def test_a_complaint_about_a_semantic_hit_raises_its_threshold_everywhere(semant
 @pytest.mark.models
 def test_warm_up_waits_for_the_models(semantic: Stack) -> None:
     """Entries warmed before the models are in would get no embedding: 503 until /readyz."""
-    env = {**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "true"}
-    starting = proxy(f"{semantic.stub.url}/v1", semantic.redis.url, env)
+    starting = semantic.replica()
     try:
         starting.wait_ready("/healthz", timeout_s=60)
         reply = admin(starting, "POST", "warmup", data=warm_up_line("Early?", "Too early.", KEY))
