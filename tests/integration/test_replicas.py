@@ -305,8 +305,14 @@ def test_a_complaint_about_a_semantic_hit_raises_its_threshold_everywhere(semant
 
 
 @pytest.mark.models
-def test_warm_up_waits_for_the_models(semantic: Stack) -> None:
-    """Entries warmed before the models are in would get no embedding: 503 until /readyz."""
+def test_a_starting_replica_waits_for_the_models_then_indexes_every_partition(
+    semantic: Stack,
+) -> None:
+    """Entries warmed before the models are in would get no embedding: 503 until /readyz. Once
+    ready, the new replica's index holds every entry in Redis, in every partition (on a
+    cluster, spread over the masters: the rebuild scans them all)."""
+    for i in range(6):
+        stored(semantic.a, f"Which partition is number {i}?", key=f"sk-rebuild-{i}")
     starting = semantic.replica()
     try:
         starting.wait_ready("/healthz", timeout_s=60)
@@ -314,5 +320,7 @@ def test_warm_up_waits_for_the_models(semantic: Stack) -> None:
         if http(starting, "GET", "/readyz").status != 200:  # still loading, as expected
             assert reply.status == 503, reply.body
             assert reply.body["error"]["code"] == "not_ready"
+        starting.wait_ready(timeout_s=300)
+        eventually(lambda: semantic_entries(starting) == semantic_entries(semantic.a), 5.0)
     finally:
         starting.stop()
