@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
+from normalize.keys.request import PARTITION_TAG_CHARS
 from tests.support.blocking_http import Reply, eventually, http
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_cluster import RedisClusterNodes
@@ -93,6 +95,20 @@ class Stack:
         assert self.stub is not None
         return f"{self.stub.url}/v1"
 
+    def stored(self, server: ServerProcess, question: str, **kwargs: Any) -> str:
+        """`stored`, and waited for until its record is in Redis: the replica that answered
+        holds it at once, Redis a moment later (the first write to a cluster node also
+        connects to it), and a test asking the other replica before then would see a miss."""
+        entry_id = stored(server, question, **kwargs)
+        record_key = f"deja:v1:{{{entry_id[:PARTITION_TAG_CHARS]}}}:e:{entry_id}"
+        cluster = isinstance(self.redis, RedisClusterNodes)
+        client = (redis.RedisCluster if cluster else redis.Redis).from_url(self.redis.url)
+        try:
+            eventually(lambda: bool(client.exists(record_key)), 2.0)
+        finally:
+            client.close()
+        return entry_id
+
     def replica(self) -> ServerProcess:
         """One more `deja serve` on this stack's upstream and Redis (not waited for)."""
         return proxy(self.upstream, self.redis.url, self.env)
@@ -116,7 +132,7 @@ def exact(request: pytest.FixtureRequest) -> Iterator[Stack]:
 
 
 def test_an_entry_stored_through_a_is_a_hit_on_b(exact: Stack) -> None:
-    entry_id = stored(exact.a, "What is the capital of France?")
+    entry_id = exact.stored(exact.a, "What is the capital of France?")
     hit = ask(exact.b, "What is the capital of France?")
     assert (hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Tier"]) == ("hit", "redis")
     assert hit.headers["X-Deja-Entry"] == entry_id
@@ -129,7 +145,7 @@ def test_an_entry_stored_through_a_is_a_hit_on_b(exact: Stack) -> None:
 
 def test_feedback_evicting_on_a_makes_b_miss(exact: Stack) -> None:
     question = "What is the capital of Spain?"
-    entry_id = stored(exact.a, question)
+    entry_id = exact.stored(exact.a, question)
     assert ask(exact.b, question).headers["X-Deja-Cache"] == "hit"
     assert ask(exact.b, question).headers["X-Deja-Tier"] == "lru_k"  # B holds a local copy
     for signal, evicted in (("irrelevant", False), ("irrelevant", True)):
@@ -141,7 +157,7 @@ def test_feedback_evicting_on_a_makes_b_miss(exact: Stack) -> None:
 
 def test_feedback_retiming_on_a_shows_the_new_ttl_on_b(exact: Stack) -> None:
     question = "What is the capital of Portugal?"
-    entry_id = stored(exact.a, question)
+    entry_id = exact.stored(exact.a, question)
     assert ask(exact.b, question).headers["X-Deja-TTL"] == "300"
     assert ask(exact.b, question).headers["X-Deja-Tier"] == "lru_k"
     reply = admin(exact.a, "POST", "feedback", {"entry_id": entry_id, "signal": "useful"})
@@ -152,9 +168,9 @@ def test_feedback_retiming_on_a_shows_the_new_ttl_on_b(exact: Stack) -> None:
 
 
 def test_deletion_and_invalidation_on_a_reach_b(exact: Stack) -> None:
-    doomed = stored(exact.a, "What is the capital of Italy?")
-    tenant = [stored(exact.a, f"Capital number {i}?", key="sk-doomed") for i in range(2)]
-    survivor = stored(exact.a, "What is the capital of Greece?")
+    doomed = exact.stored(exact.a, "What is the capital of Italy?")
+    tenant = [exact.stored(exact.a, f"Capital number {i}?", key="sk-doomed") for i in range(2)]
+    survivor = exact.stored(exact.a, "What is the capital of Greece?")
     for question, key in (
         ("What is the capital of Italy?", "sk-replicas"),
         ("Capital number 0?", "sk-doomed"),
@@ -186,7 +202,7 @@ def test_deletion_and_invalidation_on_a_reach_b(exact: Stack) -> None:
 
 def test_an_answer_refreshed_through_b_replaces_the_copy_a_holds(exact: Stack) -> None:
     question = "What is the capital of Austria?"
-    old = stored(exact.a, question)
+    old = exact.stored(exact.a, question)
     assert ask(exact.a, question).headers["X-Deja-Tier"] == "lru_k"  # A holds a local copy
     fresh = ask(exact.b, question, **{"Cache-Control": "no-cache"})
     assert fresh.headers["X-Deja-Cache"] == "bypass"  # not looked up, answered and stored
