@@ -3,6 +3,9 @@
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# redis-cli builds the tests' Redis Cluster (`--cluster create`); redis-server depends on it in
+# Debian, but a redis-server found elsewhere (built, or another package) may come without it.
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # tests/deploy/ validates docker-compose.yml with it; it validates offline, without a daemon.
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)

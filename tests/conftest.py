@@ -15,6 +15,7 @@ from core.clock import Clock
 from core.config import DejaConfig
 from core.config_loader import build_config, validate
 from proxy.composition.app import create_app
+from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer
 from tests.support.stub_upstream import StubUpstream
 
@@ -37,6 +38,20 @@ def redis_url(redis_server: RedisServer) -> str:
     except (redis.ConnectionError, redis.TimeoutError):
         redis_server.restart()
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterNodes]:
+    """Six nodes, three masters with a replica each; started by the first test that asks."""
+    with RedisClusterNodes() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: RedisClusterNodes) -> str:
+    """One node's URL of the shared cluster, every master emptied (use `redis.cluster: true`)."""
+    redis_cluster.flush()
+    return redis_cluster.url
 
 
 @pytest.fixture

@@ -23,6 +23,22 @@ from tiers.base import Entry, Invalidation, TierName
 from tiers.entry_codec import ANALYSIS, BODY, META, decode_fields, encode_fields
 from tiers.redis_connection import RedisConnection
 
+# Store an entry with its index keys, atomically; returns the id the exact key named until now
+# (the entry this one supersedes), swapped with SET … GET (Redis 6.2+). A script rather than a
+# MULTI pipeline: all its keys share the partition's hash tag, so it runs on one Cluster node,
+# and redis-py's asyncio cluster client runs each command queued in a transaction on a thread
+# of its own with a second event loop (blocking the proxy's loop, and deadlocking it when a
+# failover makes both loops reinitialize the cluster map).
+#   KEYS: entry, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
+_PUT = """
+redis.call('DEL', KEYS[1])
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+local previous = redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[1], 'GET')
+for i = 3, #KEYS do redis.call('SET', KEYS[i], ARGV[2], 'PXAT', ARGV[1]) end
+return previous
+"""
+
 # Overwrite an entry only while it still exists, atomically with its index keys, so a
 # replace racing a delete can never resurrect half a record.
 #   KEYS: entry, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
@@ -83,21 +99,23 @@ class RedisTier:
         return script
 
     async def get(self, key: str) -> Entry | None:
-        async with self._conn.guard() as client:
+        index_key = self._index_key(key)
+        async with self._conn.guard(index_key) as client:
             values = await self._script(client, _GET_BY_KEY)(
-                keys=[self._index_key(key)],
+                keys=[index_key],
                 args=[self._prefix, PARTITION_TAG_CHARS, META, BODY, ANALYSIS],
             )
         return _decoded(values)
 
     async def get_by_id(self, entry_id: str) -> Entry | None:
-        async with self._conn.guard() as client:
+        async with self._conn.guard(self._entry_key(entry_id)) as client:
             return await self._load(client, entry_id)
 
     async def get_full(self, entry_id: str) -> Entry | None:
         """The entry with its vector (for indexing it), or None."""
-        async with self._conn.guard() as client:
-            record = await client.hgetall(self._entry_key(entry_id))
+        entry_key = self._entry_key(entry_id)
+        async with self._conn.guard(entry_key) as client:
+            record = await client.hgetall(entry_key)
         if not record:
             return None
         try:
@@ -110,39 +128,25 @@ class RedisTier:
         return _decoded(await client.hmget(self._entry_key(entry_id), [META, BODY, ANALYSIS]))
 
     async def put(self, entry: Entry) -> str | None:
-        expire_ms = int(entry.hard_expires_at * 1000)
-        fields = encode_fields(entry, self._config.compress_min_bytes)
-        entry_key = self._entry_key(entry.entry_id)
-        async with self._conn.guard() as client:
-            pipe = client.pipeline(transaction=True)
-            pipe.delete(entry_key)
-            pipe.hset(entry_key, mapping=fields)
-            pipe.pexpireat(entry_key, expire_ms)
-            # The exact key's index entry is swapped with GET (Redis 6.2+): the id it named
-            # until now is the entry this one supersedes, read in the same transaction.
-            pipe.set(self._index_key(entry.exact_key), entry.entry_id, pxat=expire_ms, get=True)
-            if entry.lemma_key:
-                pipe.set(self._index_key(entry.lemma_key), entry.entry_id, pxat=expire_ms)
-            results = await pipe.execute()
-        previous = results[3]
+        argv = self._record_args(entry)
+        keys = [self._entry_key(entry.entry_id), *map(self._index_key, self._keys_of(entry))]
+        async with self._conn.guard(keys[0]) as client:
+            previous = await self._script(client, _PUT)(keys=keys, args=argv)
         if previous is None:
             return None
         previous_id = previous.decode() if isinstance(previous, bytes) else str(previous)
         return None if previous_id == entry.entry_id else previous_id
 
     async def replace(self, entry: Entry) -> bool:
-        fields = encode_fields(entry, self._config.compress_min_bytes)
-        argv: list[Any] = [int(entry.hard_expires_at * 1000), entry.entry_id]
-        for name, value in fields.items():
-            argv += [name, value]
+        argv = self._record_args(entry)
         keys = [self._entry_key(entry.entry_id), *map(self._index_key, self._keys_of(entry))]
-        async with self._conn.guard() as client:
+        async with self._conn.guard(keys[0]) as client:
             script = self._script(client, _REPLACE_IF_PRESENT)
             return bool(await script(keys=keys, args=argv))
 
     async def delete(self, entry_id: str) -> bool:
         entry_key = self._entry_key(entry_id)
-        async with self._conn.guard() as client:
+        async with self._conn.guard(entry_key) as client:
             meta = await client.hget(entry_key, META)
             if meta is None:
                 return False
@@ -204,6 +208,13 @@ class RedisTier:
             except CorruptEntry:
                 continue
         return entries
+
+    def _record_args(self, entry: Entry) -> list[Any]:
+        """ARGV of the scripts that write a record: expiry ms, entry id, field, value, ..."""
+        argv: list[Any] = [int(entry.hard_expires_at * 1000), entry.entry_id]
+        for name, value in encode_fields(entry, self._config.compress_min_bytes).items():
+            argv += [name, value]
+        return argv
 
     @staticmethod
     def _keys_of(entry: Entry) -> list[str]:

@@ -106,14 +106,14 @@ class StreamReplication:
         self.rebuilt = 0
 
     async def publish(self, event: ReplicationEvent) -> None:
-        async with self._conn.guard() as client:
+        async with self._conn.guard(self._key) as client:
             await client.xadd(
                 self._key, event.fields(self.replica), maxlen=self._maxlen, approximate=True
             )
 
     async def bootstrap(self) -> None:
         """Note where the stream is, then index every entry Redis holds."""
-        async with self._conn.guard() as client:
+        async with self._conn.guard(self._key) as client:
             last = await client.xrevrange(self._key, count=1)
         self._last_id = last[0][0].decode() if last else "0-0"
         if not self._indexes:
@@ -145,7 +145,7 @@ class StreamReplication:
                 await asyncio.sleep(self._retry_s)
 
     async def _read_once(self) -> None:
-        async with self._conn.guard() as client:
+        async with self._conn.guard(self._key) as client:
             batches = await client.xread(
                 {self._key: self._last_id}, count=256, block=self._block_ms
             )

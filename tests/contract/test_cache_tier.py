@@ -1,4 +1,5 @@
-"""One contract, every key-value tier: LRU-K in process, Redis on a real server."""
+"""One contract, every key-value tier: LRU-K in process, Redis on a real server and on a real
+six-node Redis Cluster."""
 
 from __future__ import annotations
 
@@ -38,13 +39,14 @@ def make_entry(name: str, **fields: object) -> Entry:
     return shared_entry(name, **{**values, **fields})
 
 
-@pytest.fixture(params=["lru_k", "redis"])
+@pytest.fixture(params=["lru_k", "redis", "redis_cluster"])
 async def tier(request: pytest.FixtureRequest) -> AsyncIterator[CacheTier]:
     if request.param == "lru_k":
         yield LruKTier(LruKConfig(), SystemClock())
         return
-    url = request.getfixturevalue("redis_url")
-    config = RedisConfig(url=url, compress_min_bytes=256)
+    cluster = request.param == "redis_cluster"
+    url = request.getfixturevalue("redis_cluster_url" if cluster else "redis_url")
+    config = RedisConfig(url=url, cluster=cluster, compress_min_bytes=256)
     connection = RedisConnection(config)
     await connection.start()
     yield RedisTier(connection, config)
@@ -135,6 +137,32 @@ async def test_invalidate_by_tenant_namespace_and_model(tier: CacheTier) -> None
     assert await tier.count() == 1
     assert await tier.invalidate(Invalidation()) == 1
     assert await tier.count() == 0
+
+
+def in_partition(tag: str, name: str) -> Entry:
+    """An entry of another partition (its keys and id under `tag`)."""
+    return make_entry(
+        name,
+        entry_id=f"{tag}-{name}",
+        partition=tag + "0" * 48,
+        exact_key=f"{tag}x{name}",
+        lemma_key=f"{tag}l{name}",
+    )
+
+
+async def test_count_and_invalidation_reach_every_partition(tier: CacheTier) -> None:
+    # On a cluster the partitions' hash tags put them on different masters: counting and
+    # invalidating must scan all of them, not the node the client happens to talk to.
+    tags = [f"{i:02x}" * 8 for i in range(12)]
+    for tag in tags:
+        await tier.put(in_partition(tag, "q"))
+        await tier.put(in_partition(tag, "r"))
+    assert await tier.count() == 24
+    assert await tier.invalidate(Invalidation(tenant="tenant-1")) == 24
+    assert await tier.count() == 0
+    for tag in tags:
+        assert await tier.get(f"{tag}xq") is None
+        assert await tier.get(f"{tag}lq") is None
 
 
 async def test_entries_are_gone_after_ttl_plus_grace(tier: CacheTier) -> None:

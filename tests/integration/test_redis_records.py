@@ -1,12 +1,13 @@
-"""The Redis tier's record handling on a real server: one-round-trip lookups that survive a
-flushed script cache, dangling index keys, records that are not ours to serve, and a lemma key
-dropped from its entry."""
+"""The Redis tier's record handling on a real server and on a real Redis Cluster: one-round-trip
+lookups that survive a flushed script cache, dangling index keys, records that are not ours to
+serve, and a lemma key dropped from its entry."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,40 +29,59 @@ from tiers.service import CacheService
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture
-async def tier(redis_url: str) -> AsyncIterator[RedisTier]:
-    config = RedisConfig(url=redis_url)
+@dataclass
+class Server:
+    """The tier's server seen two ways: the tier, and a plain client to tamper with records."""
+
+    tier: RedisTier
+    raw: Any  # redis.Redis or redis.RedisCluster (SCAN and SCRIPT FLUSH reach every master)
+
+    def record_keys(self) -> list[bytes]:
+        return [k for k in self.raw.scan_iter("*") if b":e:" in k]
+
+
+@pytest.fixture(params=["redis", "redis_cluster"])
+async def server(request: pytest.FixtureRequest) -> AsyncIterator[Server]:
+    cluster = request.param == "redis_cluster"
+    url = request.getfixturevalue("redis_cluster_url" if cluster else "redis_url")
+    config = RedisConfig(url=url, cluster=cluster)
     connection = RedisConnection(config)
     await connection.start()
-    yield RedisTier(connection, config)
+    raw = redis.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
+    yield Server(RedisTier(connection, config), raw)
+    raw.close()
     await connection.close()
 
 
-async def test_a_lookup_survives_a_flushed_script_cache(tier: RedisTier, redis_url: str) -> None:
+@pytest.fixture
+def tier(server: Server) -> RedisTier:
+    return server.tier
+
+
+async def test_a_lookup_survives_a_flushed_script_cache(tier: RedisTier, server: Server) -> None:
     entry = make_entry("a")
     await tier.put(entry)
     assert await tier.get(entry.exact_key) == entry
     # What a restarted server looks like to the client: the script is unknown again.
-    redis.Redis.from_url(redis_url).script_flush()
+    server.raw.script_flush()
     assert await tier.get(entry.lemma_key or "") == entry
 
 
-async def test_an_index_key_whose_record_is_gone_misses(tier: RedisTier, redis_url: str) -> None:
+async def test_an_index_key_whose_record_is_gone_misses(tier: RedisTier, server: Server) -> None:
     entry = make_entry("b")
     await tier.put(entry)
-    client = redis.Redis.from_url(redis_url)
-    (record_key,) = [k for k in client.keys("*") if b":e:" in k]
-    client.delete(record_key)
+    (record_key,) = server.record_keys()
+    server.raw.delete(record_key)
     assert await tier.get(entry.exact_key) is None
 
 
 async def test_a_record_of_another_format_version_is_not_served(
-    tier: RedisTier, redis_url: str
+    tier: RedisTier, server: Server
 ) -> None:
     entry = make_entry("c")
     await tier.put(entry)
-    client = redis.Redis.from_url(redis_url)
-    (record_key,) = [k for k in client.keys("*") if b":e:" in k]
+    client = server.raw
+    (record_key,) = server.record_keys()
     meta = json.loads(client.hget(record_key, META) or b"{}")
     assert meta["v"] == ENTRY_FORMAT_VERSION
     client.hset(record_key, META, json.dumps({**meta, "v": ENTRY_FORMAT_VERSION + 1}))

@@ -1,5 +1,6 @@
-"""Two real `deja serve` processes sharing one real Redis, in front of the stub upstream (a
-process too): what one replica learns or is told, the other knows.
+"""Two real `deja serve` processes sharing one real Redis, or one real six-node Redis Cluster
+(every test runs on both), in front of the stub upstream (a process too): what one replica
+learns or is told, the other knows.
 
 Exact tier (semantic off): entries, feedback (eviction and new TTLs), deletion, invalidation,
 refreshed answers and warm-up through A (or B) reach the other. Semantic tier (real MiniLM +
@@ -16,9 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
+from normalize.keys.request import PARTITION_TAG_CHARS
 from tests.support.blocking_http import Reply, eventually, http
 from tests.support.processes import ServerProcess, proxy
+from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.stub_process import stub_argv
 from tests.support.warmup_lines import warm_up_line
@@ -60,16 +64,25 @@ def stored(server: ServerProcess, question: str, **kwargs: Any) -> str:
     return entry_id
 
 
+# Where the replicas keep their shared state: one redis-server, or a Redis Cluster.
+BACKENDS = ["redis", "redis_cluster"]
+
+
 class Stack:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.redis = RedisServer()
-        self.redis.start()
-        port = free_port()
-        self.stub = ServerProcess("stub", stub_argv(port), port)
+    def __init__(self, env: dict[str, str], backend: str = "redis") -> None:
+        self.redis: RedisServer | RedisClusterNodes = (
+            RedisClusterNodes() if backend == "redis_cluster" else RedisServer()
+        )
+        # What a replica of this stack runs with (the cluster flag where it is one).
+        self.env = {**env, "DEJA_REDIS__CLUSTER": str(backend == "redis_cluster").lower()}
         self.replicas: list[ServerProcess] = []
+        self.stub: ServerProcess | None = None
         try:
+            self.redis.start()
+            port = free_port()
+            self.stub = ServerProcess("stub", stub_argv(port), port)
             self.stub.wait_ready("/v1/models", timeout_s=30)
-            self.replicas = [proxy(f"{self.stub.url}/v1", self.redis.url, env) for _ in range(2)]
+            self.replicas = [self.replica() for _ in range(2)]
             for replica in self.replicas:
                 replica.wait_ready(timeout_s=300)
         except BaseException:
@@ -77,16 +90,40 @@ class Stack:
             raise
         self.a, self.b = self.replicas
 
+    @property
+    def upstream(self) -> str:
+        assert self.stub is not None
+        return f"{self.stub.url}/v1"
+
+    def stored(self, server: ServerProcess, question: str, **kwargs: Any) -> str:
+        """`stored`, and waited for until its record is in Redis: the replica that answered
+        holds it at once, Redis a moment later (the first write to a cluster node also
+        connects to it), and a test asking the other replica before then would see a miss."""
+        entry_id = stored(server, question, **kwargs)
+        record_key = f"deja:v1:{{{entry_id[:PARTITION_TAG_CHARS]}}}:e:{entry_id}"
+        cluster = isinstance(self.redis, RedisClusterNodes)
+        client = (redis.RedisCluster if cluster else redis.Redis).from_url(self.redis.url)
+        try:
+            eventually(lambda: bool(client.exists(record_key)), 2.0)
+        finally:
+            client.close()
+        return entry_id
+
+    def replica(self) -> ServerProcess:
+        """One more `deja serve` on this stack's upstream and Redis (not waited for)."""
+        return proxy(self.upstream, self.redis.url, self.env)
+
     def close(self) -> None:
         for replica in self.replicas:
             replica.stop()
-        self.stub.stop()
+        if self.stub is not None:
+            self.stub.stop()
         self.redis.close()
 
 
-@pytest.fixture(scope="module")
-def exact() -> Iterator[Stack]:
-    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "false"})
+@pytest.fixture(scope="module", params=BACKENDS)
+def exact(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "false"}, request.param)
     yield stack
     stack.close()
 
@@ -95,7 +132,7 @@ def exact() -> Iterator[Stack]:
 
 
 def test_an_entry_stored_through_a_is_a_hit_on_b(exact: Stack) -> None:
-    entry_id = stored(exact.a, "What is the capital of France?")
+    entry_id = exact.stored(exact.a, "What is the capital of France?")
     hit = ask(exact.b, "What is the capital of France?")
     assert (hit.headers["X-Deja-Cache"], hit.headers["X-Deja-Tier"]) == ("hit", "redis")
     assert hit.headers["X-Deja-Entry"] == entry_id
@@ -108,7 +145,7 @@ def test_an_entry_stored_through_a_is_a_hit_on_b(exact: Stack) -> None:
 
 def test_feedback_evicting_on_a_makes_b_miss(exact: Stack) -> None:
     question = "What is the capital of Spain?"
-    entry_id = stored(exact.a, question)
+    entry_id = exact.stored(exact.a, question)
     assert ask(exact.b, question).headers["X-Deja-Cache"] == "hit"
     assert ask(exact.b, question).headers["X-Deja-Tier"] == "lru_k"  # B holds a local copy
     for signal, evicted in (("irrelevant", False), ("irrelevant", True)):
@@ -120,7 +157,7 @@ def test_feedback_evicting_on_a_makes_b_miss(exact: Stack) -> None:
 
 def test_feedback_retiming_on_a_shows_the_new_ttl_on_b(exact: Stack) -> None:
     question = "What is the capital of Portugal?"
-    entry_id = stored(exact.a, question)
+    entry_id = exact.stored(exact.a, question)
     assert ask(exact.b, question).headers["X-Deja-TTL"] == "300"
     assert ask(exact.b, question).headers["X-Deja-Tier"] == "lru_k"
     reply = admin(exact.a, "POST", "feedback", {"entry_id": entry_id, "signal": "useful"})
@@ -131,9 +168,9 @@ def test_feedback_retiming_on_a_shows_the_new_ttl_on_b(exact: Stack) -> None:
 
 
 def test_deletion_and_invalidation_on_a_reach_b(exact: Stack) -> None:
-    doomed = stored(exact.a, "What is the capital of Italy?")
-    tenant = [stored(exact.a, f"Capital number {i}?", key="sk-doomed") for i in range(2)]
-    survivor = stored(exact.a, "What is the capital of Greece?")
+    doomed = exact.stored(exact.a, "What is the capital of Italy?")
+    tenant = [exact.stored(exact.a, f"Capital number {i}?", key="sk-doomed") for i in range(2)]
+    survivor = exact.stored(exact.a, "What is the capital of Greece?")
     for question, key in (
         ("What is the capital of Italy?", "sk-replicas"),
         ("Capital number 0?", "sk-doomed"),
@@ -165,7 +202,7 @@ def test_deletion_and_invalidation_on_a_reach_b(exact: Stack) -> None:
 
 def test_an_answer_refreshed_through_b_replaces_the_copy_a_holds(exact: Stack) -> None:
     question = "What is the capital of Austria?"
-    old = stored(exact.a, question)
+    old = exact.stored(exact.a, question)
     assert ask(exact.a, question).headers["X-Deja-Tier"] == "lru_k"  # A holds a local copy
     fresh = ask(exact.b, question, **{"Cache-Control": "no-cache"})
     assert fresh.headers["X-Deja-Cache"] == "bypass"  # not looked up, answered and stored
@@ -196,9 +233,9 @@ def test_warm_up_through_a_makes_b_hit(exact: Stack) -> None:
 # --- semantic tier -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def semantic() -> Iterator[Stack]:
-    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "true"})
+@pytest.fixture(scope="module", params=BACKENDS)
+def semantic(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    stack = Stack({**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "true"}, request.param)
     yield stack
     stack.close()
 
@@ -284,15 +321,22 @@ def test_a_complaint_about_a_semantic_hit_raises_its_threshold_everywhere(semant
 
 
 @pytest.mark.models
-def test_warm_up_waits_for_the_models(semantic: Stack) -> None:
-    """Entries warmed before the models are in would get no embedding: 503 until /readyz."""
-    env = {**FAST_ENV, "DEJA_SEMANTIC__ENABLED": "true"}
-    starting = proxy(f"{semantic.stub.url}/v1", semantic.redis.url, env)
+def test_a_starting_replica_waits_for_the_models_then_indexes_every_partition(
+    semantic: Stack,
+) -> None:
+    """Entries warmed before the models are in would get no embedding: 503 until /readyz. Once
+    ready, the new replica's index holds every entry in Redis, in every partition (on a
+    cluster, spread over the masters: the rebuild scans them all)."""
+    for i in range(6):
+        stored(semantic.a, f"Which partition is number {i}?", key=f"sk-rebuild-{i}")
+    starting = semantic.replica()
     try:
         starting.wait_ready("/healthz", timeout_s=60)
         reply = admin(starting, "POST", "warmup", data=warm_up_line("Early?", "Too early.", KEY))
         if http(starting, "GET", "/readyz").status != 200:  # still loading, as expected
             assert reply.status == 503, reply.body
             assert reply.body["error"]["code"] == "not_ready"
+        starting.wait_ready(timeout_s=300)
+        eventually(lambda: semantic_entries(starting) == semantic_entries(semantic.a), 5.0)
     finally:
         starting.stop()
