@@ -18,7 +18,7 @@ key, and the guard never lets it match anything semantically.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.errors import CorruptEntry
@@ -125,6 +125,8 @@ class Analysis:
     # False for a prompt the pipeline cannot read; `opaque_text` then holds its canonical text.
     analysable: bool = True
     opaque_text: str = ""
+    # Which pipeline read the text ("en", "zh"): the guards compare only analyses of one language.
+    language: str = "en"
 
     @classmethod
     def opaque(cls, canonical: str) -> Analysis:
@@ -148,6 +150,8 @@ class Analysis:
             body["w"] = sorted(self.words - set(self.skeleton) - set(self.function))
         else:
             body["raw"] = self.opaque_text
+        if self.language != "en":
+            body["lang"] = self.language
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -157,14 +161,16 @@ class Analysis:
             body = json.loads(s)
             if body["v"] != WIRE_VERSION:
                 raise CorruptEntry(f"analysis wire version {body['v']}, expected {WIRE_VERSION}")
+            language = str(body.get("lang", "en"))
             if not body["ok"]:
-                return cls.opaque(str(body["raw"]))
+                return replace(cls.opaque(str(body["raw"])), language=language)
             skeleton, function = _strs(body["sk"]), _strs(body["fn"])
             return cls(
                 skeleton=skeleton,
                 signature=MeaningSignature.from_json(body["s"]),
                 function=function,
                 words=frozenset((*skeleton, *function, *_strs(body["w"]))),
+                language=language,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptEntry(f"unreadable analysis record: {exc}") from exc
