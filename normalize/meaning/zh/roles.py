@@ -147,7 +147,7 @@ def _nearest_past_particles(clause: list[Word], start: int) -> tuple[Word, str] 
 
 
 def _possessive_facts(clause: list[Word]) -> set[RoleFact]:
-    """"X的Y": X is the possessor of Y ("爸爸的爷爷" is not "爷爷的爸爸")."""
+    """ "X的Y": X is the possessor of Y ("爸爸的爷爷" is not "爷爷的爸爸")."""
     facts = set()
     for i in range(1, len(clause) - 1):
         if clause[i].text == "的" and is_nominal(clause[i - 1]) and is_nominal(clause[i + 1]):
