@@ -18,7 +18,7 @@ key, and the guard never lets it match anything semantically.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.errors import CorruptEntry
@@ -125,8 +125,7 @@ class Analysis:
     # False for a prompt the pipeline cannot read; `opaque_text` then holds its canonical text.
     analysable: bool = True
     opaque_text: str = ""
-    # The pipeline that read the prompt (normalize/meaning/language.py): "en" or "zh". Analyses
-    # of two languages never match: their answers are in different languages.
+    # Which pipeline read the text ("en", "zh"): the guards compare only analyses of one language.
     language: str = "en"
 
     @classmethod
@@ -151,10 +150,10 @@ class Analysis:
         if self.analysable:
             body.update(sk=list(self.skeleton), fn=list(self.function), s=self.signature.to_json())
             body["w"] = sorted(self.words - set(self.skeleton) - set(self.function))
-            if self.language != "en":
-                body["lang"] = self.language  # absent in English records, older ones included
         else:
             body["raw"] = self.opaque_text
+        if self.language != "en":
+            body["lang"] = self.language
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -164,15 +163,16 @@ class Analysis:
             body = json.loads(s)
             if body["v"] != WIRE_VERSION:
                 raise CorruptEntry(f"analysis wire version {body['v']}, expected {WIRE_VERSION}")
+            language = str(body.get("lang", "en"))
             if not body["ok"]:
-                return cls.opaque(str(body["raw"]))
+                return replace(cls.opaque(str(body["raw"])), language=language)
             skeleton, function = _strs(body["sk"]), _strs(body["fn"])
             return cls(
                 skeleton=skeleton,
                 signature=MeaningSignature.from_json(body["s"]),
                 function=function,
                 words=frozenset((*skeleton, *function, *_strs(body["w"]))),
-                language=str(body.get("lang", "en")),
+                language=language,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptEntry(f"unreadable analysis record: {exc}") from exc
