@@ -19,7 +19,7 @@ from normalize.meaning.lemmas import LemmaAnalyzer
 from normalize.meaning.signature import Analysis
 
 if TYPE_CHECKING:
-    from normalize.meaning.zh import ChineseAnalyzer
+    from normalize.meaning.zh.analyzer import ChineseAnalyzer
 
 
 class PromptAnalyzer:
@@ -32,7 +32,7 @@ class PromptAnalyzer:
         self._chinese: ChineseAnalyzer | None = None
         if "zh" in config.languages:
             # Imported only when configured: jieba loads its dictionary (about a second).
-            from normalize.meaning.zh import ChineseAnalyzer
+            from normalize.meaning.zh.analyzer import ChineseAnalyzer
 
             self._chinese = ChineseAnalyzer(config)
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from core.semantic_config import SemanticConfig
 from normalize.meaning.lexicon import (
@@ -65,6 +66,9 @@ from normalize.meaning.rearrangement import rearranged
 from normalize.meaning.role_guards import exchanged, parsed_roles
 from normalize.meaning.roles import head_word
 from normalize.meaning.signature import Analysis, MeaningSignature
+
+if TYPE_CHECKING:
+    from normalize.meaning.zh.guards import ChineseGuard
 
 _SPECIFIC_ASKS_EXCLUDED = frozenset({"thing"})
 
@@ -93,6 +97,17 @@ class MeaningGuard:
         self._antonyms = config.guard_antonyms
         self._question = config.guard_question
         self._max_moved = config.max_moved_phrases
+        self._config = config
+        self._chinese_guard: ChineseGuard | None = None
+
+    def _chinese(self) -> ChineseGuard:
+        """The Chinese guards (normalize/meaning/zh/guards.py), made at the first Chinese pair:
+        deployments without Chinese never import them."""
+        if self._chinese_guard is None:
+            from normalize.meaning.zh.guards import ChineseGuard
+
+            self._chinese_guard = ChineseGuard(self._config)
+        return self._chinese_guard
 
     def compare(self, query: Analysis, cached: Analysis) -> GuardVerdict:
         return next(verdict for verdict in self.stepwise(query, cached) if verdict is not None)
@@ -108,6 +123,9 @@ class MeaningGuard:
         if query.language != cached.language:
             # The answers are in different languages (and the vectors from different models).
             yield GuardVerdict(False, f"language: {query.language} vs {cached.language}")
+            return
+        if query.language == "zh":
+            yield self._chinese().compare(query, cached)
             return
         q, c = query.signature, cached.signature
         reason = (
