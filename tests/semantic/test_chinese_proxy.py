@@ -67,7 +67,8 @@ def test_chinese_traps_never_hit(stack: Stack, first: str, second: str) -> None:
 
 
 def test_chinese_and_english_never_answer_each_other(stack: Stack) -> None:
-    headers, _ = first_then(stack.a, "法国的首都是哪里？", "What is the capital of France?", key="sk-x")
+    chinese, english = "法国的首都是哪里？", "What is the capital of France?"
+    headers, _ = first_then(stack.a, chinese, english, key="sk-x")
     assert headers["X-Deja-Cache"] == "miss"
     headers, _ = first_then(stack.a, "How do I reset my password?", "怎么重置密码？", key="sk-y")
     assert headers["X-Deja-Cache"] == "miss"
@@ -77,4 +78,3 @@ def test_japanese_is_still_matched_exactly_only(stack: Stack) -> None:
     headers, _ = ask(stack.a, "この薬は安全ですか？", key="sk-ja", headers=EXPLAIN)
     assert headers["X-Deja-Cache"] == "miss"
     assert headers["X-Deja-Explain"] == "refused=language"
-
