@@ -33,8 +33,10 @@ def redis_server() -> Iterator[RedisServer]:
 def redis_url(redis_server: RedisServer) -> str:
     """A clean database on the shared server (restarted if a test killed it)."""
     try:
-        client = redis.Redis.from_url(redis_server.url, socket_timeout=5, socket_connect_timeout=5)
-        client.flushall()
+        with redis.Redis.from_url(
+            redis_server.url, socket_timeout=5, socket_connect_timeout=5
+        ) as client:
+            client.flushall()
     except (redis.ConnectionError, redis.TimeoutError):
         redis_server.restart()
     return redis_server.url

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.redis
 
 
 def redis_entries(url: str) -> int:
-    return len(redis.Redis.from_url(url).keys("deja:v1:*:e:*"))
+    with redis.Redis.from_url(url) as client:
+        return len(client.keys("deja:v1:*:e:*"))
 
 
 async def test_an_entry_is_described_and_deleted_everywhere(

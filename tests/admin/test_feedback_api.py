@@ -15,7 +15,8 @@ QUESTION = "How do I reset my password?"
 
 
 def redis_entries(url: str) -> int:
-    return len(redis.Redis.from_url(url).keys("deja:v1:*:e:*"))
+    with redis.Redis.from_url(url) as client:
+        return len(client.keys("deja:v1:*:e:*"))
 
 
 async def test_feedback_retimes_the_entry_and_hits_carry_the_new_ttl(

@@ -47,7 +47,11 @@ def cluster_of(stack: Stack) -> RedisClusterNodes:
 
 def keys_by_master(cluster: RedisClusterNodes) -> dict[int, list[bytes]]:
     """Every Deja key on each live master (by its port)."""
-    return {n.port: list(n.client().scan_iter("deja:v1:{*")) for n in cluster.masters()}
+    found: dict[int, list[bytes]] = {}
+    for node in cluster.masters():
+        with node.client() as client:
+            found[node.port] = list(client.scan_iter("deja:v1:{*"))
+    return found
 
 
 def test_partitions_spread_over_the_masters(stack: Stack) -> None:

@@ -29,11 +29,13 @@ async def ask(session: aiohttp.ClientSession, url: str, question: str) -> tuple[
 
 
 def redis_entries(url: str) -> int:
-    return len(redis.Redis.from_url(url).keys("deja:v1:*:e:*"))
+    with redis.Redis.from_url(url) as client:
+        return len(client.keys("deja:v1:*:e:*"))
 
 
 def in_redis(url: str, entry_id: str) -> bool:
-    return bool(redis.Redis.from_url(url).keys(f"deja:v1:*:e:{entry_id}"))
+    with redis.Redis.from_url(url) as client:
+        return bool(client.keys(f"deja:v1:*:e:{entry_id}"))
 
 
 async def test_requests_survive_redis_dying_and_the_tier_reconnects(

@@ -45,24 +45,24 @@ async def test_a_semantic_miss_is_one_record_one_vector_and_one_event(
     await wait_until(lambda: readiness.ready or readiness.error, timeout_s=300)
     assert readiness.error is None
     assert store.semantic is not None
-    client = redis.Redis.from_url(redis_url)
-    client.config_resetstat()
-    events = f"{parts.config.redis.key_prefix}:events"
+    with redis.Redis.from_url(redis_url) as client:
+        client.config_resetstat()
+        events = f"{parts.config.redis.key_prefix}:events"
 
-    async with aiohttp.ClientSession() as session:
-        url = proxy.url("/v1/chat/completions")
-        async with session.post(url, json=QUESTION) as response:
-            assert response.headers["X-Deja-Cache"] == "miss"
-            entry_id = response.headers["X-Deja-Entry"]
-            await response.read()
-    await wait_until(lambda: store.service.answer_vector(entry_id) is not None, timeout_s=30)
-    await asyncio.sleep(0.2)  # room for a second write, were there one
+        async with aiohttp.ClientSession() as session:
+            url = proxy.url("/v1/chat/completions")
+            async with session.post(url, json=QUESTION) as response:
+                assert response.headers["X-Deja-Cache"] == "miss"
+                entry_id = response.headers["X-Deja-Entry"]
+                await response.read()
+        await wait_until(lambda: store.service.answer_vector(entry_id) is not None, timeout_s=30)
+        await asyncio.sleep(0.2)  # room for a second write, were there one
 
-    assert calls(client, "pexpireat") == 1
-    assert calls(client, "xadd") == 1
-    ((_, fields),) = client.xrange(events)
-    assert (fields[b"kind"], fields[b"entry_id"]) == (b"add", entry_id.encode())
-    (record,) = [k for k in client.keys("*") if k.endswith(f":e:{entry_id}".encode())]
-    assert client.hexists(record, VECTOR) and client.hexists(record, ANSWER_VECTOR)
-    assert store.recorder.snapshot().stores == 1
-    assert store.semantic.size() == 1
+        assert calls(client, "pexpireat") == 1
+        assert calls(client, "xadd") == 1
+        ((_, fields),) = client.xrange(events)
+        assert (fields[b"kind"], fields[b"entry_id"]) == (b"add", entry_id.encode())
+        (record,) = [k for k in client.keys("*") if k.endswith(f":e:{entry_id}".encode())]
+        assert client.hexists(record, VECTOR) and client.hexists(record, ANSWER_VECTOR)
+        assert store.recorder.snapshot().stores == 1
+        assert store.semantic.size() == 1

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -135,6 +136,9 @@ def test_the_process_binds_once_ready_serves_and_stops_on_sigterm() -> None:
                     f"http://127.0.0.1:{port}/readyz", timeout=5
                 ) as response:
                     ready = json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                error.close()  # the error holds the response's socket
+                time.sleep(0.2)
             except OSError:
                 time.sleep(0.2)
         assert ready is not None and ready["status"] == "ready"

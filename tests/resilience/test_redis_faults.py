@@ -47,19 +47,19 @@ async def test_redis_keeps_expired_entries_for_the_grace_period_and_serves_them_
     url = f"http://127.0.0.1:{proxy.server.port}"
     async with aiohttp.ClientSession() as s:
         original = await ask(s, url, "What is the capital of Peru?")
-        client = redis.Redis.from_url(redis_url)
+        with redis.Redis.from_url(redis_url) as client:
 
-        def records() -> list[bytes]:
-            return [key for key in client.keys("deja:v1:*") if b":events" not in key]
+            def records() -> list[bytes]:
+                return [key for key in client.keys("deja:v1:*") if b":events" not in key]
 
-        # The answer is stored after it went out: wait for the store instead of racing it.
-        await wait_until(lambda: len(records()) >= 2)
-        ttls_ms = {key: client.pttl(key) for key in records()}
-        assert len(ttls_ms) == 2  # the entry record and its exact key
-        assert all(29_000 < ttl <= 31_000 for ttl in ttls_ms.values()), ttls_ms
-        await asyncio.sleep(1.1)
-        stub.behaviour = Behaviour(status=502)
-        stale = await ask(s, url, "What is the capital of Peru?", stream=True)
+            # The answer is stored after it went out: wait for the store instead of racing it.
+            await wait_until(lambda: len(records()) >= 2)
+            ttls_ms = {key: client.pttl(key) for key in records()}
+            assert len(ttls_ms) == 2  # the entry record and its exact key
+            assert all(29_000 < ttl <= 31_000 for ttl in ttls_ms.values()), ttls_ms
+            await asyncio.sleep(1.1)
+            stub.behaviour = Behaviour(status=502)
+            stale = await ask(s, url, "What is the capital of Peru?", stream=True)
     assert (stale.cache, stale.degraded, stale.headers["X-Deja-Tier"]) == (
         "degraded",
         "stale",

@@ -109,7 +109,8 @@ def post_new_question(url: str) -> int:
         with urllib.request.urlopen(request, timeout=10) as response:
             return int(response.status)
     except urllib.error.HTTPError as error:
-        return int(error.code)
+        with error:  # the error holds the response's socket
+            return int(error.code)
 
 
 def assert_sound(reply: Reply, question: str) -> None:

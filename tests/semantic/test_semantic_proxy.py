@@ -237,18 +237,18 @@ def test_a_hit_a_neighbour_contradicts_is_refused(
 def test_a_stored_answer_gets_its_vector_in_redis(stack: Stack) -> None:
     headers, _ = ask(stack.a, "How long does a bank transfer take?", key="sk-answer-vector")
     entry_id = headers["X-Deja-Entry"]
-    client = redis.Redis.from_url(stack.redis.url)
-    # The entry is stored after the answer went out, and its answer vector just after that.
-    records: list[bytes] = []
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        records = [k for k in client.keys("*") if k.endswith(f":e:{entry_id}".encode())]
-        if records and client.hexists(records[0], "w"):
-            break
-        time.sleep(0.05)
-    assert len(records) == 1
-    assert len(client.hget(records[0], "w") or b"") == 384 * 4
-    assert client.hget(records[0], "v") is not None
+    with redis.Redis.from_url(stack.redis.url) as client:
+        # The entry is stored after the answer went out, and its answer vector just after that.
+        records: list[bytes] = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            records = [k for k in client.keys("*") if k.endswith(f":e:{entry_id}".encode())]
+            if records and client.hexists(records[0], "w"):
+                break
+            time.sleep(0.05)
+        assert len(records) == 1
+        assert len(client.hget(records[0], "w") or b"") == 384 * 4
+        assert client.hget(records[0], "v") is not None
 
 
 def test_a_failed_verification_stores_the_fresh_answer_for_its_prompt(stack: Stack) -> None:

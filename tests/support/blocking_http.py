@@ -52,7 +52,8 @@ def http(
         with urllib.request.urlopen(request, timeout=60) as response:
             return Reply(response.status, dict(response.headers), response.read())
     except urllib.error.HTTPError as exc:
-        return Reply(exc.code, dict(exc.headers), exc.read())
+        with exc:  # the error holds the response's socket
+            return Reply(exc.code, dict(exc.headers), exc.read())
 
 
 def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> float:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,9 @@ class ServerProcess:
                 with urllib.request.urlopen(self.url + path, timeout=2) as response:
                     if response.status == 200:
                         return
+            except urllib.error.HTTPError as error:
+                error.close()  # a 503 while loading: the error holds the response's socket
+                time.sleep(0.2)
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError(f"{self.name} was not ready after {timeout_s} s:\n{self.output()}")

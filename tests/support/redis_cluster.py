@@ -61,6 +61,7 @@ class ClusterNode:
         return self.process is not None and self.process.poll() is None
 
     def client(self) -> redis.Redis:
+        """A client of this node alone; use it in a `with` block, which closes its socket."""
         return redis.Redis(port=self.port, socket_timeout=2, socket_connect_timeout=2)
 
 
@@ -146,8 +147,8 @@ class RedisClusterNodes:
 
     def master_of(self, key: str) -> ClusterNode:
         """The live node serving `key`'s slot now."""
-        client = next(n for n in self.nodes if n.alive).client()
-        slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
+        with next(n for n in self.nodes if n.alive).client() as client:
+            slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
         for node in self.masters():
             ranges = _own_slots(node)
             if any(lo <= slot <= hi for lo, hi in ranges):
@@ -157,7 +158,8 @@ class RedisClusterNodes:
     def flush(self) -> None:
         """Empty every master (replicas follow)."""
         for node in self.masters():
-            node.client().flushall()
+            with node.client() as client:
+                client.flushall()
 
     def kill(self, node: ClusterNode) -> None:
         """SIGKILL: a crash, not a shutdown (nothing is handed over)."""
@@ -195,15 +197,17 @@ def _wait_for_ping(node: ClusterNode, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if node.client().ping():
-                return
+            with node.client() as client:
+                if client.ping():
+                    return
         except redis.RedisError:
             time.sleep(0.02)
     raise RuntimeError(f"redis-server did not start on port {node.port}")
 
 
 def _info(node: ClusterNode, section: str) -> dict[str, str]:
-    return {k: str(v) for k, v in node.client().info(section).items()}
+    with node.client() as client:
+        return {k: str(v) for k, v in client.info(section).items()}
 
 
 def _role(node: ClusterNode) -> str:
@@ -212,7 +216,8 @@ def _role(node: ClusterNode) -> str:
 
 def _healthy(node: ClusterNode, replicated: bool) -> bool:
     try:
-        cluster = node.client().execute_command("CLUSTER", "INFO")
+        with node.client() as client:
+            cluster = client.execute_command("CLUSTER", "INFO")
         text = cluster.decode() if isinstance(cluster, bytes) else str(cluster)
         state = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
         if state.get("cluster_state") != "ok" or state.get("cluster_size") != str(MASTERS):
@@ -230,7 +235,8 @@ def _healthy(node: ClusterNode, replicated: bool) -> bool:
 
 def _own_slots(node: ClusterNode) -> list[tuple[int, int]]:
     """The slot ranges `node` itself serves, from its own CLUSTER NODES line."""
-    raw = node.client().execute_command("CLUSTER", "NODES")
+    with node.client() as client:
+        raw = client.execute_command("CLUSTER", "NODES")
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     for line in text.splitlines():
         parts = line.split()
