@@ -135,7 +135,9 @@ class AdminClient:
         self, tenant: str | None, namespace: str | None, model: str | None, limit: int
     ) -> EntryListing:
         query = {"tenant": tenant, "namespace": namespace, "model": model, "limit": str(limit)}
-        path = "entries?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
+        path = "entries?" + urllib.parse.urlencode(
+            {k: v for k, v in query.items() if v is not None}
+        )
         raw = await self._json("GET", path)
         summaries = tuple(
             EntrySummary(

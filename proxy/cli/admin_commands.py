@@ -29,8 +29,10 @@ def register(sub: Any) -> None:
     entries = sub.add_parser("entries", help="list, show or delete cached entries")
     actions = entries.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = _command(actions, "list", _list, "the newest entries, newest first")
-    listing.add_argument("--tenant", help="only this tenant's (its id, as entries show it)")
-    listing.add_argument("--namespace", help="only this namespace's")
+    listing.add_argument(
+        "--tenant", metavar="ID", help="only this tenant's (its id, as entries show it)"
+    )
+    listing.add_argument("--namespace", metavar="NS", help="only this namespace's")
     listing.add_argument("--model", help="only this model's")
     listing.add_argument(
         "--limit", type=int, default=50, help="at most this many (1 to 1000, default 50)"
@@ -46,9 +48,11 @@ def register(sub: Any) -> None:
         sub, "invalidate", _invalidate, "delete every entry of a tenant, namespace or model"
     )
     who = invalidate.add_mutually_exclusive_group()
-    who.add_argument("--tenant-key", help="the tenant of this API key (as `Bearer KEY`)")
-    who.add_argument("--tenant", help="a tenant id, as entries show it")
-    invalidate.add_argument("--namespace", help="entries stored under this namespace")
+    who.add_argument(
+        "--tenant-key", metavar="KEY", help="the tenant of this API key (as `Bearer KEY`)"
+    )
+    who.add_argument("--tenant", metavar="ID", help="a tenant id, as entries show it")
+    invalidate.add_argument("--namespace", metavar="NS", help="entries under this namespace")
     invalidate.add_argument("--model", help="entries of this model")
     invalidate.add_argument("--all", action="store_true", help="every entry (alone)")
     invalidate.add_argument("-y", "--yes", action="store_true", help="do not ask for consent")
@@ -102,7 +106,8 @@ async def _list(client: AdminClient, ns: argparse.Namespace, target: Target) -> 
         print_json(listing.raw)
         return 0
     if not listing.entries:
-        print("no entries" + (" match" if (ns.tenant or ns.namespace or ns.model) else ""))
+        filtered = any(f is not None for f in (ns.tenant, ns.namespace, ns.model))
+        print("no entries match" if filtered else "no entries")
         return 0
     rows = [
         [
@@ -163,13 +168,17 @@ async def _delete(client: AdminClient, ns: argparse.Namespace, target: Target) -
 
 async def _invalidate(client: AdminClient, ns: argparse.Namespace, target: Target) -> int:
     selector = Selector(ns.tenant_key, ns.tenant, ns.namespace, ns.model, everything=ns.all)
-    named = ns.tenant_key or ns.tenant or ns.namespace or ns.model
-    if ns.all == bool(named):
+    named = any(f is not None for f in (ns.tenant_key, ns.tenant, ns.namespace, ns.model))
+    if ns.all == named:
         raise AdminError(
             "name what to invalidate (--tenant-key, --tenant, --namespace, --model), or --all alone"
         )
     if not ns.yes:
-        question = f"Delete {_described(selector)} from {target.url}, in Redis and every replica?"
+        what = _described(selector)
+        if selector.tenant_key is None:  # the listing takes tenant ids, never keys
+            now = await client.entries(selector.tenant, selector.namespace, selector.model, 1)
+            what += f" ({now.total} now)"
+        question = f"Delete {what} from {target.url}, in Redis and every replica?"
         if not confirmed(question, sys.stdin, sys.stderr):
             raise AdminError("not confirmed: nothing was invalidated (--yes skips the question)")
     invalidated = await client.invalidate(selector)

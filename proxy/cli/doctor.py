@@ -20,6 +20,7 @@ import dataclasses
 import errno
 import json
 import logging
+import os
 import socket
 import time
 import urllib.error
@@ -160,7 +161,7 @@ async def check_redis(config: DejaConfig) -> Verdict:
             client = aioredis.Redis.from_url(cfg.url, **options)
         info = await client.info("server")
     except (RedisError, RedisClusterException, OSError) as exc:
-        return Verdict("redis", False, f"{where}: {exc}")
+        return Verdict("redis", False, f"{where}: {_reason(exc)}")
     finally:
         if client is not None:
             await client.aclose()
@@ -245,6 +246,16 @@ async def check_models(config: DejaConfig) -> Verdict:
     took = time.monotonic() - started
     loaded = ", ".join(f"{language}: {dim}-dim embeddings" for language, dim in dims.items())
     return Verdict("models", True, f"loaded in {took:.1f} s ({loaded}; lemma analysis)")
+
+
+def _reason(exc: BaseException) -> str:
+    """ "cannot connect (Connection refused)" for a socket error under redis-py's wording."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno:
+            return f"cannot connect ({os.strerror(cause.errno)})"
+        cause = cause.__cause__
+    return str(exc) or type(exc).__name__
 
 
 def _redacted(url: str) -> str:

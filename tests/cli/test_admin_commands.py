@@ -77,6 +77,8 @@ async def test_entries_list_show_and_delete(
     assert [e["entry_id"] for e in machine["entries"]] == newest_first[:2]
     none = await deja("entries", "list", "--namespace", "nowhere", env=env)
     assert (none.rc, none.out) == (0, "no entries match\n")
+    unnamed = json.loads((await deja("entries", "list", "--namespace", "", "--json", env=env)).out)
+    assert unnamed["total"] == 4  # the empty namespace is a namespace: all but "docs"
 
     entry_id = population.ids[("sk-alice", "docs", "m")]
     shown = await deja("entries", "show", entry_id, env=env)
@@ -119,6 +121,15 @@ async def test_invalidate_asks_first_unless_told_yes(
         )
         assert refusal == "deja: not confirmed: nothing was invalidated (--yes skips the question)"
         assert await stored_ids(client) == set(population.ids.values())
+
+    # Named by anything but a key, the question says how many entries match now.
+    asked = await deja("invalidate", "--model", "other", "--namespace", "", env=env)
+    assert asked.err.splitlines()[0] == (
+        f"Delete every entry in namespace '', of model 'other' (1 now) from {proxy.url('/')},"
+        " in Redis and every replica? [y/N] "
+    )
+    everything_asked = await deja("invalidate", "--all", env=env, stdin=b"no\n")
+    assert "Delete EVERY cached entry (5 now)" in everything_asked.err
 
     consented = await deja("invalidate", "--tenant-key", "sk-alice", env=env, stdin=b"y\n")
     assert (consented.rc, consented.out) == (0, "invalidated 2 entries\n")
