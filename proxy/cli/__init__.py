@@ -51,6 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("deja: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`deja entries list | head`): not an error of ours. Python's
+        # own flush of stdout at exit would fail again, so stdout goes to /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 class _Parser(argparse.ArgumentParser):

@@ -3,6 +3,7 @@ non-zero exit status, no traceback."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,14 @@ async def test_a_usage_mistake_exits_2() -> None:
     run = await deja("entries", "frobnicate", env=admin_env("http://127.0.0.1:1"))
     assert run.rc == 2
     assert run.error_line.startswith("deja entries: argument ACTION: invalid choice: 'frobnicate'")
+
+
+async def test_a_silent_proxy_is_given_up_on_after_the_timeout() -> None:
+    # A socket that listens but never answers: the connection opens, no answer comes.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        run = await deja("stats", "--timeout", "0.5", env=admin_env(url))
+    assert (run.rc, run.out) == (1, "")
+    assert run.error_line == f"deja: the proxy at {url} did not answer within 0.5 s (--timeout)"
