@@ -8,12 +8,13 @@ can act on; `_exchange` is the one place aiohttp's exceptions and HTTP statuses 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -55,6 +56,29 @@ class EntrySummary:
 class EntryListing:
     total: int
     entries: tuple[EntrySummary, ...]
+    raw: dict[str, Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryDetail:
+    entry_id: str
+    route: str
+    tenant: str
+    namespace: str
+    model: str
+    stored_at: float
+    age_s: float
+    ttl_s: float
+    fresh: bool
+    expires_at: float
+    grace_ends_at: float
+    confidence: float
+    certainty: float
+    feedback: list[float]
+    threshold: float
+    lemma_key: bool
+    semantic: bool
+    completion: dict[str, Any]
     raw: dict[str, Any] = field(compare=False, repr=False)
 
 
@@ -139,31 +163,20 @@ class AdminClient:
             {k: v for k, v in query.items() if v is not None}
         )
         raw = await self._json("GET", path)
-        summaries = tuple(
-            EntrySummary(
-                entry_id=e["entry_id"],
-                tenant=e["tenant"],
-                namespace=e["namespace"],
-                model=e["model"],
-                age_s=e["age_s"],
-                ttl_s=e["ttl_s"],
-                fresh=e["fresh"],
-                feedback_sum=e["feedback_sum"],
-                answer=e["answer"],
-            )
-            for e in raw["entries"]
-        )
-        return EntryListing(raw["total"], summaries, raw)
+        summaries = _read(raw, lambda r: tuple(_typed(EntrySummary, e) for e in r["entries"]))
+        return EntryListing(_read(raw, lambda r: int(r["total"])), summaries, raw)
 
-    async def entry(self, entry_id: str) -> dict[str, Any]:
+    async def entry(self, entry_id: str) -> EntryDetail:
         """An entry's metadata and stored completion, as the proxy describes it."""
-        return await self._json("GET", "entries/" + urllib.parse.quote(entry_id, safe=""))
+        raw = await self._json("GET", "entries/" + urllib.parse.quote(entry_id, safe=""))
+        return _typed(EntryDetail, raw)
 
     async def delete(self, entry_id: str) -> None:
         await self._json("DELETE", "entries/" + urllib.parse.quote(entry_id, safe=""))
 
     async def invalidate(self, selector: Selector) -> int:
-        return int((await self._json("POST", "invalidate", selector.body()))["invalidated"])
+        raw = await self._json("POST", "invalidate", selector.body())
+        return _read(raw, lambda r: int(r["invalidated"]))
 
     async def feedback(
         self, signal: str | float, *, entry_id: str | None = None, request_id: str | None = None
@@ -171,14 +184,7 @@ class AdminClient:
         assert (entry_id is None) != (request_id is None), "feedback names one entry or request"
         target = {"entry_id": entry_id} if entry_id is not None else {"request_id": request_id}
         raw = await self._json("POST", "feedback", {**target, "signal": signal})
-        return FeedbackOutcome(
-            raw["entry_id"],
-            raw["evicted"],
-            raw["feedback_sum"],
-            raw["ttl_s"],
-            raw["threshold"],
-            raw,
-        )
+        return _typed(FeedbackOutcome, raw)
 
     async def warm_up(self, body: AsyncIterable[bytes]) -> AsyncIterator[WarmedLine | WarmUpTotals]:
         """Streams `body` (JSONL) to the proxy and yields its verdict on each line as it comes,
@@ -245,6 +251,27 @@ class AdminClient:
     def _headers(self) -> dict[str, str]:
         secret = self._target.token or self._target.api_key
         return {"Authorization": f"Bearer {secret}"} if secret else {}
+
+
+T = TypeVar("T")
+
+
+def _read(raw: Any, build: Callable[[Any], T]) -> T:
+    """`build(raw)`, or an AdminError when the proxy's answer lacks what Deja's always has."""
+    try:
+        return build(raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AdminError(
+            f"the proxy's answer is not in the form this deja knows ({exc!r})"
+        ) from exc
+
+
+def _typed(kind: type[T], raw: Any) -> T:
+    """A result dataclass from the JSON object of the same field names (and `raw` itself,
+    for --json, when the class keeps it)."""
+    names = [f.name for f in dataclasses.fields(kind)]  # type: ignore[arg-type]
+    extra = {"raw": raw} if "raw" in names else {}
+    return _read(raw, lambda r: kind(**{n: r[n] for n in names if n != "raw"}, **extra))
 
 
 def admin_base(url: str) -> str:

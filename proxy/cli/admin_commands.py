@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from proxy.cli.admin_client import AdminClient, AdminError, Selector, Target
+from proxy.cli.admin_client import AdminClient, AdminError, EntryDetail, Selector, Target
 from proxy.cli.client_flags import add_client_flags, target_from
 from proxy.cli.output import confirmed, duration, masked, pairs, print_json, table
 from proxy.cli.stats_view import render_stats
@@ -132,31 +132,29 @@ async def _list(client: AdminClient, ns: argparse.Namespace, target: Target) -> 
 async def _show(client: AdminClient, ns: argparse.Namespace, target: Target) -> int:
     entry = await client.entry(ns.entry_id)
     if ns.json:
-        print_json(entry)
+        print_json(entry.raw)
         return 0
-    now = time.time()
-    expiry = entry["expires_at"] - now
+    if entry.fresh:
+        left = duration(entry.expires_at - time.time())
+        fresh = f"yes, for {left} more (TTL {duration(entry.ttl_s)})"
+    else:
+        fresh = f"no: served only as a degraded answer until {_when(entry.grace_ends_at)}"
     rows = [
-        ("Entry", entry["entry_id"]),
-        ("Route", entry["route"]),
-        ("Model", entry["model"]),
-        ("Namespace", entry["namespace"] or "(none)"),
-        ("Tenant", entry["tenant"]),
-        ("Stored", f"{_when(entry['stored_at'])} ({duration(entry['age_s'])} ago)"),
-        (
-            "Fresh",
-            f"yes, for {duration(expiry)} more (TTL {duration(entry['ttl_s'])})"
-            if entry["fresh"]
-            else f"no: served only as a degraded answer until {_when(entry['grace_ends_at'])}",
-        ),
-        ("Confidence", f"{entry['confidence']:.3f} (certainty {entry['certainty']:.3f})"),
-        ("Feedback", ", ".join(f"{f:+g}" for f in entry["feedback"]) or "none"),
-        ("Threshold", f"{entry['threshold']:.3f}"),
+        ("Entry", entry.entry_id),
+        ("Route", entry.route),
+        ("Model", entry.model),
+        ("Namespace", entry.namespace or "(none)"),
+        ("Tenant", entry.tenant),
+        ("Stored", f"{_when(entry.stored_at)} ({duration(entry.age_s)} ago)"),
+        ("Fresh", fresh),
+        ("Confidence", f"{entry.confidence:.3f} (certainty {entry.certainty:.3f})"),
+        ("Feedback", ", ".join(f"{f:+g}" for f in entry.feedback) or "none"),
+        ("Threshold", f"{entry.threshold:.3f}"),
         ("Found by", _found_by(entry)),
     ]
     print(pairs(rows))
     print()
-    print(_answer_text(entry["completion"]))
+    print(_answer_text(entry.completion))
     return 0
 
 
@@ -236,11 +234,11 @@ def _when(epoch_s: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
 
 
-def _found_by(entry: Mapping[str, Any]) -> str:
+def _found_by(entry: EntryDetail) -> str:
     ways = ["exact key"]
-    if entry.get("lemma_key"):
+    if entry.lemma_key:
         ways.append("lemma key")
-    if entry.get("semantic"):
+    if entry.semantic:
         ways.append("semantic search")
     return ", ".join(ways)
 
