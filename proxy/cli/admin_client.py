@@ -25,7 +25,13 @@ PREFIX = "/admin/v1"
 
 
 class AdminError(DejaError):
-    """The admin API did not do what was asked; `message` says why, in one line."""
+    """The admin API did not do what was asked; `message` says why, in one line.
+    `answered_status`: the proxy's HTTP status when it answered with an error, None when it
+    did not answer at all."""
+
+    def __init__(self, message: str, answered_status: int | None = None) -> None:
+        super().__init__(message)
+        self.answered_status = answered_status
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +142,7 @@ class AdminClient:
     def __init__(self, target: Target) -> None:
         self._target = target
         self._base = admin_base(target.url)
+        self._root = self._base.removesuffix(PREFIX)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> AdminClient:
@@ -150,6 +157,16 @@ class AdminClient:
         await self._session.close()
 
     # --- the API -----------------------------------------------------------------------------
+
+    async def ready(self) -> bool:
+        """Whether /readyz says the proxy is ready (its models loaded, its index rebuilt)."""
+        try:
+            async with self._exchange("GET", "/readyz"):
+                return True
+        except AdminError as exc:
+            if exc.answered_status == 503:
+                return False
+            raise
 
     async def stats(self) -> dict[str, Any]:
         """The stats body as the proxy sends it (its sections grow; see the README)."""
@@ -230,10 +247,11 @@ class AdminClient:
         url = self._target.url
         try:
             async with self._session.request(
-                method, f"{self._base}/{path}", headers=self._headers(), **send
+                method, self._url(path), headers=self._headers(), **send
             ) as response:
                 if response.status >= 300:
-                    raise AdminError(await _refusal(response, url, self._target))
+                    message = await _refusal(response, url, self._target)
+                    raise AdminError(message, response.status)
                 yield response
         except aiohttp.ClientConnectorError as exc:
             number = exc.os_error.errno
@@ -247,6 +265,10 @@ class AdminClient:
             ) from exc
         except aiohttp.ClientError as exc:
             raise AdminError(f"lost the connection to the proxy at {url}: {exc}") from exc
+
+    def _url(self, path: str) -> str:
+        """`path` under the admin API, or under the proxy's root when it starts with '/'."""
+        return self._root + path if path.startswith("/") else f"{self._base}/{path}"
 
     def _headers(self) -> dict[str, str]:
         secret = self._target.token or self._target.api_key

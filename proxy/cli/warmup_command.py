@@ -25,6 +25,7 @@ CHUNK_BYTES = 64 * 1024
 BAR_CELLS = 30
 REDRAW_S = 0.1
 LINES_PER_REASON = 5
+READY_POLL_S = 0.5
 
 
 def register(sub: Any) -> None:
@@ -43,6 +44,13 @@ def register(sub: Any) -> None:
         "--no-progress", dest="progress", action="store_false", help="never draw it"
     )
     parser.add_argument("--json", action="store_true", help="the summary as JSON")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the proxy to be up and ready (/readyz) before sending",
+    )
     add_client_flags(parser)
     parser.set_defaults(run=run)
 
@@ -53,7 +61,7 @@ def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         draw = sys.stderr.isatty() if ns.progress is None else ns.progress
         bar = ProgressBar(total, sys.stderr) if draw else None
-        tally = asyncio.run(_warm_up(target, source, bar))
+        tally = asyncio.run(_warm_up(target, source, bar, ns.wait))
     finally:
         if source is not sys.stdin.buffer:
             source.close()
@@ -85,7 +93,8 @@ class Tally:
 
     def summary(self, name: str) -> str:
         head = (
-            f"warm-up of {'stdin' if name == '-' else name}: {count(self.lines)} lines,"
+            f"warm-up of {'stdin' if name == '-' else name}:"
+            f" {count(self.lines)} line{'' if self.lines == 1 else 's'},"
             f" {count(self.stored)} stored, {count(self.refused)} refused"
         )
         rows = [head]
@@ -135,9 +144,13 @@ class ProgressBar:
         self._out.flush()
 
 
-async def _warm_up(target: Target, source: BinaryIO, bar: ProgressBar | None) -> Tally:
+async def _warm_up(
+    target: Target, source: BinaryIO, bar: ProgressBar | None, wait_s: float
+) -> Tally:
     tally = Tally()
     async with AdminClient(target) as client:
+        if wait_s > 0:
+            await _until_ready(client, wait_s)
         async for item in client.warm_up(_chunks(source)):
             if isinstance(item, WarmUpTotals):
                 # The proxy's own count of the lines it answered (blank lines are skipped).
@@ -149,6 +162,24 @@ async def _warm_up(target: Target, source: BinaryIO, bar: ProgressBar | None) ->
     if bar is not None:
         bar.update(tally, final=True)
     return tally
+
+
+async def _until_ready(client: AdminClient, wait_s: float) -> None:
+    """A proxy just started loads its models before it takes a warm-up (503 until then); one
+    not listening yet is waited for too."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if await client.ready():
+                return
+            why = "its models are still loading"
+        except AdminError as exc:
+            if exc.answered_status is not None:
+                raise
+            why = exc.message.split(";")[0]  # not listening (yet): the reason, not the hint
+        if time.monotonic() >= deadline:
+            raise AdminError(f"the proxy was not ready after {wait_s:g} s: {why}")
+        await asyncio.sleep(READY_POLL_S)
 
 
 async def _chunks(source: BinaryIO) -> AsyncIterator[bytes]:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import aiohttp
+from aiohttp.test_utils import TestServer
 
+from proxy.composition.app import create_app
 from tests.admin.conftest import Client, admin_sections
 from tests.cli.conftest import admin_env, deja
-from tests.conftest import ProxyFactory
+from tests.conftest import ProxyFactory, RunningProxy, make_config
+from tests.support.redis_server import free_port
+from tests.support.stub_upstream import StubUpstream
 from tests.support.warmup_lines import warm_up_line
 
 
@@ -91,4 +96,39 @@ async def test_a_missing_file_is_one_line(proxy_factory: ProxyFactory, tmp_path:
     assert (
         run.error_line
         == f"deja: cannot read {tmp_path / 'nowhere.jsonl'}: No such file or directory"
+    )
+
+
+async def test_wait_holds_the_warmup_until_a_proxy_starting_up_is_ready(
+    stub: StubUpstream, session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    port = free_port()
+    path = jsonl(tmp_path / "pairs.jsonl", [warm_up_line("Early question?", "Early.", "sk-e")])
+    env = admin_env(f"http://127.0.0.1:{port}")
+    warming = asyncio.ensure_future(deja("warmup", path, "--wait", "30", env=env))
+    await asyncio.sleep(1.0)  # the command is waiting: nothing listens yet
+    assert not warming.done()
+    sections = admin_sections(upstream={"url": stub.base_url}, semantic={"enabled": False})
+    server = TestServer(create_app(make_config(sections)), host="127.0.0.1", port=port)
+    await server.start_server()
+    try:
+        run = await warming
+        assert (run.rc, run.err) == (0, "")
+        assert run.out == f"warm-up of {path}: 1 line, 1 stored, 0 refused\n"
+        reply = await Client(session, RunningProxy(server, server.app)).ask(
+            "Early question?", key="sk-e"
+        )
+        assert reply.headers["X-Deja-Cache"] == "hit"
+    finally:
+        await server.close()
+
+
+async def test_wait_gives_up_on_a_proxy_that_never_comes(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    path = jsonl(tmp_path / "pairs.jsonl", [warm_up_line("Q?", "A.", "sk-a")])
+    run = await deja("warmup", path, "--wait", "1", env=admin_env(url))
+    assert (run.rc, run.out) == (1, "")
+    assert run.error_line == (
+        f"deja: the proxy was not ready after 1 s: cannot reach the proxy at {url}"
+        " (Connection refused)"
     )
