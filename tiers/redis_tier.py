@@ -166,6 +166,9 @@ class RedisTier:
             deleted += await self.delete(entry_id)
         return deleted
 
+    async def matching(self, selector: Invalidation) -> list[Entry]:
+        return [e async for e in self.scan_entries(with_vectors=False) if selector.matches(e)]
+
     async def count(self) -> int:
         n = 0
         async with self._conn.guard() as client:

@@ -226,6 +226,7 @@ async def test_openapi_describes_every_admin_route(
     operations = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert operations == {
         ("/feedback", "post"),
+        ("/entries", "get"),
         ("/entries/{entry_id}", "get"),
         ("/entries/{entry_id}", "delete"),
         ("/invalidate", "post"),
