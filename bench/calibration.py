@@ -76,8 +76,8 @@ class RunSpec:
     main: bool  # one of the three runs the report is about
     # semantic.answer_margin; 0 turns the neighbour-answer check off.
     answer_margin: float = SemanticConfig().answer_margin
-    # semantic.learn_distance; 0 turns learning from misses off.
-    learn_distance: float = SemanticConfig().learn_distance
+    # verify.learn_distance; 0 turns learning from misses off.
+    learn_distance: float = VerifyConfig().learn_distance
 
     def env(self, upstream_url: str) -> dict[str, str]:
         return {
@@ -88,7 +88,7 @@ class RunSpec:
             "DEJA_VERIFY__THRESHOLD_MIN": str(self.threshold_min),
             "DEJA_VERIFY__THRESHOLD_MAX": str(self.threshold_max),
             "DEJA_SEMANTIC__ANSWER_MARGIN": str(self.answer_margin),
-            "DEJA_SEMANTIC__LEARN_DISTANCE": str(self.learn_distance),
+            "DEJA_VERIFY__LEARN_DISTANCE": str(self.learn_distance),
             # Static runs only count: a failed verification does not store its fresh answer.
             "DEJA_VERIFY__STORE_DISAGREEING": str(self.kind != "static").lower(),
             # Nothing may expire or be evicted during the run: entries live as long as the bench.
@@ -315,7 +315,7 @@ def settings(spec: RunSpec) -> dict[str, Any]:
         "verify.target_false_hit_rate": verify.target_false_hit_rate,
         "verify.answer_agreement": verify.answer_agreement,
         "semantic.answer_margin": spec.answer_margin,
-        "semantic.learn_distance": spec.learn_distance,
+        "verify.learn_distance": spec.learn_distance,
         "verify.store_disagreeing": spec.kind != "static",
     }
 
