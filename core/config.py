@@ -268,6 +268,13 @@ class GuardrailConfig:
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
     token: str = setting("", "bearer token for /admin/v1/*; empty = the admin API answers 404")
+    series_interval_s: float = setting(
+        10.0, "the dashboard's time series: seconds between two samples", gt=0
+    )
+    series_window_s: float = setting(
+        3600.0, "the dashboard's time series: how far back the samples go", gt=0
+    )
+    recent_misses: int = setting(100, "misses (and why they missed) the dashboard lists", ge=1)
 
 
 @dataclass(frozen=True, slots=True)

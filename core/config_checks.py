@@ -52,8 +52,14 @@ def value_problems(config: DejaConfig) -> list[str]:
 
 def _order_problems(config: DejaConfig) -> Iterator[str]:
     """Pairs of keys that bound each other, and keys another key needs."""
-    t, v, b = config.ttl, config.verify, config.breaker
+    t, v, b, a = config.ttl, config.verify, config.breaker, config.admin
     pairs = (
+        (
+            "admin.series_interval_s",
+            a.series_interval_s,
+            "admin.series_window_s",
+            a.series_window_s,
+        ),
         ("ttl.factor_min", t.factor_min, "ttl.factor_max", t.factor_max),
         ("ttl.jitter_min", t.jitter_min, "ttl.jitter_max", t.jitter_max),
         ("verify.threshold_min", v.threshold_min, "verify.threshold_max", v.threshold_max),

@@ -28,13 +28,20 @@ from proxy.answering.flight_call import UpstreamCaller
 from proxy.answering.warmup import WarmUp
 from proxy.composition.lifecycle import front_resources, proxy_resources, register
 from proxy.composition.parts import ProxyParts, build_front, build_proxy
-from proxy.composition.report import models_ready, readiness_report, stats_report
+from proxy.composition.report import (
+    misses_report,
+    models_ready,
+    readiness_report,
+    series_report,
+    stats_report,
+)
 from proxy.edge.front import EdgeCompletions, EdgeRelay, FrontRecorder
 from proxy.edge.report import REPORT_PATH, EdgeReportReceiver
 from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.admin_routes import AdminRoutes, AdminViews
 from proxy.http.completions import CompletionHandler
+from proxy.http.dashboard_routes import DashboardRoutes
 from proxy.http.frame import RequestFrame
 from proxy.http.health_routes import HealthRoutes
 from proxy.http.hit_writer import HitWriter
@@ -95,10 +102,11 @@ def create_app(
     ).register(frame)
     if config.admin.token:
         _admin_routes(parts, features).register(frame)
+        DashboardRoutes().register(frame)
     if edge_worker:
         # Outside the frame: a report is not a client's request. Reachable only through the
         # worker's unix socket, in a directory only the front's user can enter.
-        receiver = EdgeReportReceiver(parts.telemetry, parts.store.recorder, parts.served)
+        receiver = EdgeReportReceiver(parts.observers, parts.store.recorder, parts.served)
         app.router.add_post(REPORT_PATH, receiver.handle)
     frame.not_found_route()
     return app
@@ -128,6 +136,7 @@ def _completions(parts: ProxyParts, reader: RequestReader) -> CompletionHandler:
         lookup_turns=store.lookup_turns,
         upstream_turns=upstream.upstream_turns,
         hits=HitWriter(config.pricing, parts.served, clock, store.recorder),
+        misses=parts.misses,
         tracer=parts.telemetry.tracer,
     )
 
@@ -142,6 +151,8 @@ def _admin_routes(parts: ProxyParts, features: FeatureSource) -> AdminRoutes:
     )
     views = AdminViews(
         stats=stats_report(parts),
+        series=series_report(parts),
+        misses=misses_report(parts),
         models_ready=models_ready(parts),
         effective_threshold=store.thresholds.effective,
         clock=parts.clock,

@@ -11,7 +11,8 @@ only those that started. The order, the same for every app (what an app lacks, i
     semantic index, models (proxy) closed once nothing uses them
     edge report           (front) handed to the worker while the link is open...
     access log / ledger   ...after the ledger drained the requests' last records into it
-    background tasks      cancelled first: warm-up and replication, sweeper, watchers
+    background tasks      cancelled first: warm-up and replication, the dashboard's series,
+                          sweeper, watchers
     verifier, flights     (proxy) in-flight work drained before anything it uses closes
     readiness             (proxy) not ready the moment shutdown begins
 
@@ -34,6 +35,7 @@ from aiohttp import web
 
 from core.errors import TierUnavailable
 from proxy.composition.parts import FrontParts, ProxyParts, Readiness, StoreParts
+from proxy.composition.report import series_state
 from proxy.edge.worker_process import exit_with_parent
 from proxy.http.telemetry import shutdown_tracer
 
@@ -63,6 +65,7 @@ def proxy_resources(parts: ProxyParts, *, edge_worker: bool) -> list[CleanupCont
         resources.append(closing(store.features.close))
     resources.append(closing(parts.ledger.close))
     resources.append(background(lambda: warm_up(store, parts.readiness), "deja-warm-up"))
+    resources.append(background(lambda: sample_series(parts), "deja-series"))
     if store.semantic is not None:
         resources.append(background(lambda: sweep(store), "deja-sweeper"))
     if edge_worker:
@@ -187,6 +190,14 @@ def settle_collector() -> None:
     # hits on a filled cache fell from 2.8% to 0.4% of the run. Request garbage is nearly all
     # freed by reference counting; the memory test bounds what cycles may hold.
     gc.set_threshold(_GC_YOUNG_OBJECTS, 10, 10)
+
+
+async def sample_series(parts: ProxyParts) -> None:
+    """The dashboard's series: a sample every `admin.series_interval_s`."""
+    series, recorder = parts.series, parts.store.recorder
+    while True:
+        await asyncio.sleep(series.interval_s)
+        series.sample(recorder.snapshot(), series_state(parts))
 
 
 async def sweep(store: StoreParts) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
+from core.activity_series import ActivitySeries
 from core.clock import Clock
 from core.config import DejaConfig
 from core.pacing import LoopTurns
@@ -43,7 +44,8 @@ from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.client_auth import ClientAuth
-from proxy.http.finished_requests import AccessLogWriter, RequestLedger
+from proxy.http.finished_requests import AccessLogWriter, RequestLedger, RequestObservers
+from proxy.http.recent_misses import RecentMisses
 from proxy.http.telemetry import Telemetry, build_tracer
 from proxy.protocol.credentials import CredentialRule
 from proxy.upstream.aiohttp_transport import AiohttpTransport
@@ -154,6 +156,12 @@ class ProxyParts:
     verifier: Verifier
     served: ServedRequests
     telemetry: Telemetry
+    # The dashboard's last hour (sampled by a lifecycle task) and its last misses.
+    series: ActivitySeries
+    misses: RecentMisses
+    # What counts a finished request: the metrics and the series (edge mode's worker hands its
+    # fronts' requests to it too).
+    observers: RequestObservers
     ledger: RequestLedger
     readiness: Readiness
 
@@ -280,6 +288,8 @@ def build_proxy(
     entries = EntryBuilder(
         config.cache, config.degrade, config.semantic, ttl, store.thresholds, clock, store.features
     )
+    series = ActivitySeries(clock, config.admin.series_interval_s, config.admin.series_window_s)
+    observers = RequestObservers(telemetry, series)
     return ProxyParts(
         config=config,
         clock=clock,
@@ -307,7 +317,10 @@ def build_proxy(
         # Without the admin API nothing can name a served request: none is remembered.
         served=ServedRequests() if config.admin.token else ServedRequests(capacity=0),
         telemetry=telemetry,
-        ledger=RequestLedger(telemetry, access_log(config, access_log_stream)),
+        series=series,
+        misses=RecentMisses(clock, config.admin.recent_misses),
+        observers=observers,
+        ledger=RequestLedger(observers, access_log(config, access_log_stream)),
         readiness=readiness,
     )
 

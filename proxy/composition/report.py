@@ -4,7 +4,10 @@ API's stats. The routes get these as callables, never the parts themselves."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
+
+from core.activity_series import SeriesState
 
 if TYPE_CHECKING:  # the parts import this module to give their telemetry its gauges
     from proxy.composition.parts import ProxyParts, Readiness, StoreParts, UpstreamParts
@@ -206,3 +209,44 @@ def _redis(parts: ProxyParts) -> dict[str, bool]:
         "configured": redis is not None,
         "available": redis.available if redis is not None else False,
     }
+
+
+def series_state(parts: ProxyParts) -> SeriesState:
+    """What the dashboard's series notes at each sample, besides the counts."""
+    store = parts.store
+    estimate = store.thresholds.estimator.estimate()
+    sizes: dict[str, float] = {
+        "semantic_entries": store.semantic.size() if store.semantic is not None else 0
+    }
+    if store.lru is not None:
+        sizes["lru_k_bytes"] = store.lru.bytes_used
+    return SeriesState(
+        global_threshold=store.thresholds.global_threshold,
+        false_hit_rate=estimate.rate,
+        false_hit_low=estimate.low,
+        false_hit_high=estimate.high,
+        false_hit_target=parts.config.verify.target_false_hit_rate,
+        verified_hits=estimate.verified,
+        breaker_state=str(parts.upstream.breaker.snapshot().state),
+        redis_up=store.redis.available if store.redis is not None else None,
+        sizes=sizes,
+    )
+
+
+def series_report(parts: ProxyParts) -> Callable[[], dict[str, Any]]:
+    """The admin API's series: this process's samples over the last window, oldest first."""
+
+    def report() -> dict[str, Any]:
+        series = parts.series
+        return {
+            "interval_s": series.interval_s,
+            "window_s": series.window_s,
+            "points": [asdict(point) for point in series.points()],
+        }
+
+    return report
+
+
+def misses_report(parts: ProxyParts) -> Callable[[], dict[str, Any]]:
+    """The admin API's recent misses, newest first, with why they missed."""
+    return lambda: {"misses": [asdict(miss) for miss in parts.misses.newest_first()]}

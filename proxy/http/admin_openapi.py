@@ -138,6 +138,32 @@ def admin_openapi() -> dict[str, Any]:
                     },
                 }
             },
+            "/series": {
+                "get": {
+                    "summary": "This replica's last hour, one point every admin.series_interval_s: "
+                    "requests per second, hit rate by tier and match kind, hit and miss latency "
+                    "percentiles, tokens and dollars saved, threshold, false-hit estimate, breaker, "
+                    "Redis and tier sizes (the dashboard's charts)",
+                    "responses": {
+                        "200": _response(
+                            "{interval_s, window_s, points: [...]}, oldest point first",
+                            {"type": "object"},
+                        ),
+                        **_errors(401),
+                    },
+                }
+            },
+            "/misses": {
+                "get": {
+                    "summary": "This replica's last misses (admin.recent_misses) and why they "
+                    "missed: the nearest candidate's similarity and threshold, or what refused it; "
+                    "never any entry's text",
+                    "responses": {
+                        "200": _response("{misses: [...]}, newest first", {"type": "object"}),
+                        **_errors(401),
+                    },
+                }
+            },
             "/warmup": {
                 "post": {
                     "summary": "Store request/answer pairs from a JSONL body; progress streams back as NDJSON",

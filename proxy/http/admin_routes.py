@@ -13,6 +13,8 @@ answered as not found (nothing about it is revealed).
     POST   invalidate        {"tenant_key" | "tenant_headers" | "tenant", "namespace", "model"}
                              or {"all": true}
     GET    stats             hits by tier and match, sizes, savings, the false-hit estimate
+    GET    series            this process's last hour, a point every admin.series_interval_s
+    GET    misses            the last misses and why they missed (X-Deja-Explain's numbers)
     POST   warmup            JSONL of {"request", "response", "namespace"?, "api_key"? | "headers"?}
     GET    openapi.json      this API, described
 """
@@ -53,6 +55,9 @@ class AdminViews:
 
     # Hits by tier and match, sizes, savings, the false-hit estimate: the `stats` route's body.
     stats: Callable[[], Awaitable[dict[str, Any]]]
+    # The dashboard's time series and recent misses: the `series` and `misses` routes' bodies.
+    series: Callable[[], dict[str, Any]]
+    misses: Callable[[], dict[str, Any]]
     # False while the semantic models a warm-up line needs are still loading.
     models_ready: Callable[[], bool]
     # An entry's similarity threshold as lookups apply it (its floor, the global threshold).
@@ -90,6 +95,8 @@ class AdminRoutes:
         )
         frame.route(f"{PREFIX}/invalidate", "admin", self.invalidate, methods=["POST"])
         frame.route(f"{PREFIX}/stats", "admin", self.stats, methods=["GET"])
+        frame.route(f"{PREFIX}/series", "admin", self.series, methods=["GET"])
+        frame.route(f"{PREFIX}/misses", "admin", self.misses, methods=["GET"])
         frame.route(f"{PREFIX}/warmup", "admin", self.warmup, methods=["POST"])
         frame.route(f"{PREFIX}/openapi.json", "admin", self.openapi, methods=["GET"])
 
@@ -156,8 +163,9 @@ class AdminRoutes:
         limit = _limit(query.get("limit", str(DEFAULT_LISTING)))
         entries, total = await self._service.matching(selector, limit)
         now = self._views.clock.time()
+        threshold = self._views.effective_threshold
         return _json(
-            {"total": total, "entries": [_summary(entry, now) for entry in entries]},
+            {"total": total, "entries": [_summary(entry, now, threshold) for entry in entries]},
         )
 
     async def entry(self, request: web.Request) -> web.Response:
@@ -179,6 +187,14 @@ class AdminRoutes:
     async def stats(self, request: web.Request) -> web.Response:
         self._require_admin(request)
         return _json(await self._views.stats())
+
+    async def series(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        return _json(self._views.series())
+
+    async def misses(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        return _json(self._views.misses())
 
     async def warmup(self, request: web.Request) -> web.StreamResponse:
         self._require_admin(request)
@@ -293,7 +309,9 @@ def _limit(raw: str) -> int:
     return int(raw)
 
 
-def _summary(entry: Entry, now: float) -> dict[str, Any]:
+def _summary(
+    entry: Entry, now: float, effective_threshold: Callable[[float], float]
+) -> dict[str, Any]:
     """One line of the listing: what tells entries apart, and the start of the answer."""
     return {
         "entry_id": entry.entry_id,
@@ -306,6 +324,8 @@ def _summary(entry: Entry, now: float) -> dict[str, Any]:
         "ttl_s": round(entry.ttl_s, 3),
         "fresh": entry.is_fresh(now),
         "feedback_sum": round(sum(entry.feedback), 6),
+        # The similarity a semantic match to it needs.
+        "threshold": effective_threshold(entry.threshold),
         "answer": _answer_start(entry.body),
     }
 
