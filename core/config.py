@@ -275,6 +275,9 @@ class AdminConfig:
         3600.0, "the dashboard's time series: how far back the samples go", gt=0
     )
     recent_misses: int = setting(100, "misses (and why they missed) the dashboard lists", ge=1)
+    store_prompts: bool = setting(
+        False, "entries keep their prompt's text for the dashboard (prompts may be private)"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,8 @@ def encode_meta(entry: Entry) -> bytes:
         "prompt_tokens": entry.prompt_tokens,
         "completion_tokens": entry.completion_tokens,
     }
+    if entry.prompt is not None:  # only with admin.store_prompts
+        meta["prompt"] = entry.prompt
     return json.dumps(meta, separators=(",", ":")).encode()
 
 
@@ -119,6 +121,7 @@ def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:
             learned_threshold=None if learned is None else float(learned),
             prompt_tokens=int(meta.get("prompt_tokens", 0)),
             completion_tokens=int(meta.get("completion_tokens", 0)),
+            prompt=meta.get("prompt"),
             analysis=analysis.decode() if analysis is not None else None,
             vector=get.get(VECTOR),
             answer_vector=get.get(ANSWER_VECTOR),

@@ -38,6 +38,7 @@ class EntryBuilder:
         thresholds: ThresholdController,
         clock: Clock,
         answer_embedder: AnswerEmbedder | None = None,
+        store_prompts: bool = False,
     ):
         self._cache = cache
         self._degrade = degrade
@@ -46,6 +47,8 @@ class EntryBuilder:
         self._thresholds = thresholds
         self._clock = clock
         self._answer_embedder = answer_embedder
+        # admin.store_prompts: entries keep their prompt's text, for the dashboard.
+        self._store_prompts = store_prompts
 
     async def build(
         self,
@@ -84,6 +87,7 @@ class EntryBuilder:
             threshold=self._thresholds.neutral_floor,
             prompt_tokens=_usage(completion, "prompt_tokens"),
             completion_tokens=_usage(completion, "completion_tokens"),
+            prompt=request.prompt_text if self._store_prompts else None,
             analysis=analysis.wire if analysis else None,
             parsed_analysis=analysis.analysis if analysis else None,
             vector=vector.astype("float32").tobytes() if vector is not None else None,

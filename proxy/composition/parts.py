@@ -286,7 +286,14 @@ def build_proxy(
         config.telemetry, store.recorder, gauges_of(store, upstream, readiness), span_exporter
     )
     entries = EntryBuilder(
-        config.cache, config.degrade, config.semantic, ttl, store.thresholds, clock, store.features
+        config.cache,
+        config.degrade,
+        config.semantic,
+        ttl,
+        store.thresholds,
+        clock,
+        store.features,
+        store_prompts=config.admin.store_prompts,
     )
     series = ActivitySeries(clock, config.admin.series_interval_s, config.admin.series_window_s)
     observers = RequestObservers(telemetry, series)

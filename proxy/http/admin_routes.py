@@ -299,6 +299,7 @@ class AdminRoutes:
             "threshold": self._views.effective_threshold(entry.threshold),
             "lemma_key": entry.lemma_key is not None,
             "semantic": entry.vector is not None or entry.analysis is not None,
+            **_prompt(entry),
             "completion": entry.completion(entry.entry_id, int(entry.stored_at)),
         }
 
@@ -327,6 +328,7 @@ def _summary(
         # The similarity a semantic match to it needs.
         "threshold": effective_threshold(entry.threshold),
         "answer": _answer_start(entry.body),
+        **_prompt(entry),
     }
 
 
@@ -338,6 +340,11 @@ def _answer_start(body: bytes) -> str:
     text = message.get("content") if isinstance(message, dict) else first.get("text")
     text = " ".join(text.split()) if isinstance(text, str) else ""
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _prompt(entry: Entry) -> dict[str, str]:
+    """The prompt, for an entry stored with `admin.store_prompts`; nothing otherwise."""
+    return {} if entry.prompt is None else {"prompt": entry.prompt}
 
 
 def _signal(value: Any) -> str | float:

@@ -104,3 +104,25 @@ async def test_without_an_admin_token_there_is_no_dashboard(
     client = Client(session, await proxy_factory())
     assert (await client.call("GET", "/admin/")).status == 404
     assert (await client.call("GET", "/admin/app.js")).status == 404
+
+
+@pytest.mark.redis
+async def test_prompts_are_kept_and_listed_only_with_store_prompts(
+    proxy_factory: ProxyFactory, session: aiohttp.ClientSession, redis_url: str
+) -> None:
+    kept = admin_sections(admin={"store_prompts": True}, redis={"url": redis_url})
+    client = Client(session, await proxy_factory(**kept))
+    entry_id = await client.stored("Which tiers does Deja have?")
+    assert (await client.admin("GET", f"entries/{entry_id}")).body["prompt"] == (
+        "Which tiers does Deja have?"
+    )
+    # Read back from Redis by a replica whose LRU-K tier is empty.
+    replica = Client(session, await proxy_factory(**kept))
+    (listed,) = (await replica.admin("GET", "entries")).body["entries"]
+    assert (listed["entry_id"], listed["prompt"]) == (entry_id, "Which tiers does Deja have?")
+
+    off = Client(session, await proxy_factory(**admin_sections(redis={"url": redis_url})))
+    other = await off.stored("What is a lemma key?")
+    assert "prompt" not in (await off.admin("GET", f"entries/{other}")).body
+    listing = (await off.admin("GET", "entries")).body["entries"]
+    assert [("prompt" in e) for e in listing] == [False, True]  # newest first

@@ -105,7 +105,7 @@ function drawCharts(points) {
       });
     }
   }
-  lineChart($("chart-latency"), { title: "latency", yMin: 0, format: ms, lines: latency });
+  lineChart($("chart-latency"), { title: "latency", log: true, format: ms, lines: latency });
   lineChart($("chart-saved"), {
     title: "dollars saved per interval",
     yMin: 0,
@@ -171,9 +171,12 @@ function drawStats(stats, points) {
     }
   }
   hits.replaceChildren(...rows);
-  const p = last && last.latency_s;
-  setText("latency-hit", p && p.hit ? `hits p50 ${ms(p.hit.p50)} · p99 ${ms(p.hit.p99)}` : "hits: none lately");
-  setText("latency-miss", p && p.miss ? `misses p50 ${ms(p.miss.p50)} · p99 ${ms(p.miss.p99)}` : "misses: none lately");
+  // The latest interval that had any, per outcome.
+  for (const [outcome, label] of [["hit", "hits"], ["miss", "misses"]]) {
+    const having = points.filter((point) => point.latency_s[outcome]);
+    const q = having.length ? having[having.length - 1].latency_s[outcome] : null;
+    setText(`latency-${outcome}`, q ? `${label} p50 ${ms(q.p50)} · p99 ${ms(q.p99)}` : `${label}: none lately`);
+  }
 }
 
 function drawEntries(listing) {
@@ -182,9 +185,9 @@ function drawEntries(listing) {
     const tr = document.createElement("tr");
     tr.dataset.entry = entry.entry_id;
     tr.append(
-      cell(entry.entry_id.slice(0, 12), "mono"),
+      cell(entry.entry_id, "mono id"),
       cell(entry.model),
-      cell(entry.prompt === undefined ? "" : entry.prompt, "text"),
+      entry.prompt === undefined ? cell("not kept", "muted") : cell(entry.prompt, "text"),
       cell(entry.answer, "text"),
       cell(entry.threshold.toFixed(3), "num"),
       cell(`${ago(entry.age_s)} / ${ago(entry.ttl_s)}`, "num"),
@@ -203,6 +206,7 @@ function drawEntries(listing) {
     return tr;
   });
   $("entries").replaceChildren(...rows);
+  $("prompt-note").hidden = listing.entries.some((entry) => entry.prompt !== undefined);
 }
 
 function drawMisses(listing) {

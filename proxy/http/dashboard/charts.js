@@ -5,6 +5,7 @@
 //   spec.band   optional {color, low: [[t_s, v]...], high: [[t_s, v]...]} (an interval)
 //   spec.rules  optional [{name, color, value}] (a target drawn across)
 //   spec.format value → label of the y axis; spec.yMin / spec.yMax fix the scale
+//   spec.log    a logarithmic y axis (latencies: a slow first miss must not flatten the hits)
 // Every line's <path> carries data-series (its name) and data-points (how many points it has),
 // so a test, or a curious operator, can read what was drawn.
 "use strict";
@@ -45,6 +46,9 @@ function pathOf(points, x, y) {
 }
 
 export function lineChart(element, spec) {
+  if (spec.log) {
+    spec = logarithmic(spec);
+  }
   const lines = spec.lines.filter((line) => line.points.length > 0);
   const band = spec.band && spec.band.low.length > 0 ? spec.band : null;
   const rules = spec.rules || [];
@@ -117,6 +121,20 @@ export function lineChart(element, spec) {
     legend.append(key);
   }
   element.replaceChildren(svg, legend);
+}
+
+// The same chart over log10 of its values (all positive: latencies), labelled in the values.
+function logarithmic(spec) {
+  const log = (points) => points.map(([t, v]) => [t, Math.log10(Math.max(v, 1e-7))]);
+  const format = spec.format || ((v) => v.toPrecision(3));
+  return {
+    ...spec,
+    log: false,
+    yMin: undefined,
+    yMax: undefined,
+    format: (v) => format(10 ** v),
+    lines: spec.lines.map((line) => ({ ...line, points: log(line.points) })),
+  };
 }
 
 // A palette that tells a dozen lines apart.
