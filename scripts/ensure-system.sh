@@ -9,6 +9,9 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # tests/deploy/ validates docker-compose.yml with it; it validates offline, without a daemon.
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+# tests/e2e/test_dashboard_browser.py drives the dashboard in a headless Chromium (DevTools
+# protocol); it skips, saying so, only where no chromium is installed.
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
