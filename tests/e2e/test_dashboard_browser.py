@@ -6,8 +6,8 @@ from the live series (SVG paths whose point counts grow while the load runs), it
 match the stats API once the load stops, and its buttons must give feedback and delete entries.
 Nothing the page did may raise an error or a Content-Security-Policy violation.
 
-The screenshot goes to $DEJA_DASHBOARD_SCREENSHOT when set (docs/dashboard.png, for the
-README, was made that way), else into the test's temporary folder.
+The screenshot goes to $DEJA_DASHBOARD_SCREENSHOT when set, else into the test's temporary
+folder (the README's, with the semantic tier on, is scripts/dashboard_screenshot.py's).
 """
 
 from __future__ import annotations

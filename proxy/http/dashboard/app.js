@@ -127,7 +127,7 @@ function drawCharts(points) {
   });
   lineChart($("chart-threshold"), {
     title: "global similarity threshold",
-    format: (v) => v.toFixed(3),
+    format: (v) => v.toFixed(4),
     lines: [{ name: "threshold", color: COLORS[3], points: series(points, (p) => p.state.global_threshold) }],
   });
   lineChart($("chart-sizes"), {
@@ -194,6 +194,7 @@ function drawEntries(listing) {
       cell(num(entry.feedback_sum), "num"),
     );
     const actions = document.createElement("td");
+    actions.className = "actions";
     for (const [label, action] of [["useful", "useful"], ["irrelevant", "irrelevant"], ["delete", "delete"]]) {
       const button = document.createElement("button");
       button.type = "button";
