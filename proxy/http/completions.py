@@ -106,8 +106,9 @@ class CompletionHandler:
                     read.features,
                     read.directives.max_age_s,
                     self._lookup_turns,
-                    # Always explained: the recent misses keep why (a few numbers).
-                    explain=True,
+                    read.directives.explain,
+                    # The recent misses (the dashboard) keep why each missed: a few numbers.
+                    explain_misses=True,
                 )
                 describe_lookup(span, outcome)
             if read.directives.explain:
