@@ -158,6 +158,9 @@ async def _matches_the_stats_api(page: BrowserPage, client: Client) -> None:
     assert shown == {
         (tier, match): n for tier, matches in stats["hits"].items() for match, n in matches.items()
     }
+    total = (await client.admin("GET", "entries?limit=1")).body["total"]
+    await page.evaluate("document.getElementById('list-entries').click()")
+    await page.wait_for(f"document.getElementById('entry-total').textContent === '{total}'")
     series = (await client.admin("GET", "series")).body
     await page.wait_for(
         f"document.getElementById('sample-count').textContent >= '{len(series['points'])}'"
