@@ -163,7 +163,7 @@ async def _matches_the_stats_api(page: BrowserPage, client: Client) -> None:
     await page.wait_for(f"document.getElementById('entry-total').textContent === '{total}'")
     series = (await client.admin("GET", "series")).body
     await page.wait_for(
-        f"document.getElementById('sample-count').textContent >= '{len(series['points'])}'"
+        f"Number(document.getElementById('sample-count').textContent) >= {len(series['points'])}"
     )
 
 
