@@ -113,7 +113,8 @@ async def test_the_dashboard_draws_live_charts_and_acts_on_entries(
             # Drawn from the live series, and growing with it.
             drawn = await page.wait_for(f"{_points('requests/s')} >= 3 && {_points('requests/s')}")
             await page.wait_for(f"{_points('requests/s')} > {drawn}")
-            for line in ("all hits", "lru_k/exact", "hit p50", "miss p99", "threshold"):
+            lines = ("all hits", "lru_k/exact", "hit p50", "miss p99", "threshold", "USD saved")
+            for line in (*lines, "completion tokens", "semantic entries", "requests/s"):
                 assert await page.evaluate(_points(line)) >= 1, line
             assert await page.evaluate(_points("false-hit rate")) >= 1
             assert await page.evaluate("document.querySelector('[data-rule=\"target\"]') !== null")

@@ -116,6 +116,15 @@ function drawCharts(points) {
     format: usd,
     lines: [{ name: "USD saved", color: COLORS[1], points: series(points, (p) => p.usd_saved) }],
   });
+  lineChart($("chart-tokens"), {
+    title: "tokens saved per interval",
+    yMin: 0,
+    format: num,
+    lines: [
+      { name: "prompt tokens", color: COLORS[0], points: series(points, (p) => p.prompt_tokens_saved) },
+      { name: "completion tokens", color: COLORS[4], points: series(points, (p) => p.completion_tokens_saved) },
+    ],
+  });
   lineChart($("chart-false-hits"), {
     title: "false-hit rate",
     yMin: 0,
