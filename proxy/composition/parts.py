@@ -39,7 +39,9 @@ from proxy.answering.store_rule import StoreRule
 from proxy.answering.verifier import Verifier
 from proxy.composition.report import gauges_of
 from proxy.edge.report import EdgeReport
-from proxy.edge.worker_link import WorkerLink
+from proxy.edge.without_worker import DirectUpstream, NoWorkerFallback, WithoutWorker
+from proxy.edge.worker_link import TcpRoute, WorkerLink, client_tls
+from proxy.edge.worker_pool import WorkerPool
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.client_auth import ClientAuth
@@ -171,6 +173,9 @@ class FrontParts:
     ledger: RequestLedger
     # The front's spans are its own (a relayed request's stages are the worker's spans).
     tracer: StageTracer
+    # With shared workers, what goes to the upstream while none answers, over `direct`.
+    without: WithoutWorker
+    direct: UpstreamClient | None
 
 
 def build_request_parts(config: DejaConfig) -> RequestParts:
@@ -322,17 +327,32 @@ def build_front(
     assert config.redis.url, "config validation requires redis.url with server.edge"
     store = build_store(config, clock, semantic_index=False)
     report = EdgeReport(link, store.recorder, served_enabled=bool(config.admin.token))
+    requests = build_request_parts(config)
+    direct = without = None
+    if link.shared:
+        direct = UpstreamClient(config.upstream, AiohttpTransport(config.upstream), clock=clock)
+        without = DirectUpstream(direct, requests.auth)
     return FrontParts(
         config=config,
         clock=clock,
-        requests=build_request_parts(config),
+        requests=requests,
         store=store,
         link=link,
         worker=worker,
         report=report,
         ledger=RequestLedger(report, access_log(config, access_log_stream)),
         tracer=build_tracer(config.telemetry),
+        without=without or NoWorkerFallback(),
+        direct=direct,
     )
+
+
+def shared_worker_link(config: DejaConfig, clock: Clock) -> WorkerLink:
+    """A front's link to the shared workers of `edge.worker_urls`."""
+    edge = config.edge
+    tls = client_tls(edge.tls_ca) if edge.tls_ca else None
+    pool = WorkerPool(edge, clock)
+    return WorkerLink(TcpRoute(pool, edge.shared_secret, tls, edge.connect_timeout_s))
 
 
 def access_log(config: DejaConfig, stream: BinaryIO) -> AccessLogWriter:
