@@ -57,6 +57,7 @@ def register(sub: Any) -> None:
     config = sub.add_parser("config", help="print the effective configuration (secrets masked)")
     add_config_flags(config)
     config.add_argument("--log-level", help=argparse.SUPPRESS)  # accepted, as serve's flags
+    config.add_argument("--role", help=argparse.SUPPRESS)
     config.set_defaults(run=run_config)
 
 

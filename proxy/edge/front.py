@@ -133,8 +133,9 @@ class EdgeRelay:
             self._ledger.drain()
             await self._report.flush()
         try:
-            return await self._link.forward(request, ctx, body)
+            reply = await self._link.forward(request, ctx, body)
         except WorkerUnreachable as exc:
             if request.path == "/readyz":
-                return self._without.readiness(exc)
+                return self._without.readiness(f"unreachable: {exc.message}")
             return await self._without.forward(request, ctx, body, exc)
+        return self._without.readiness(reply) if request.path == "/readyz" else reply

@@ -5,9 +5,10 @@ starting or restarting with the front, the request is a 503 (`worker_unavailable
 `/readyz` says `starting`. With shared workers (`DirectUpstream`) the front carries on alone:
 exact hits are its own anyway; an OpenAI route (a miss, a stream, `/v1/models`) goes straight
 to the upstream, uncached and marked (`X-Deja-Cache: bypass`, `X-Deja-Degraded:
-worker-unreachable`); `/readyz` is 200 (the front serves: a sidecar must not take its
-application out of service because a shared pool is down) with `"status": "degraded"`; the
-admin API and `/metrics`, which are the workers', stay 503.
+worker-unreachable`); `/readyz` is the worker's when it is 200, else 200 with `"status":
+"degraded"` (the front serves: a sidecar must not take its application out of service because
+a shared pool is down or a worker is starting); the admin API and `/metrics`, which are the
+workers', stay 503.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class WithoutWorker(Protocol):
         self, request: web.Request, ctx: RequestContext, body: bytes, why: WorkerUnavailable
     ) -> web.StreamResponse: ...
 
-    def readiness(self, why: WorkerUnavailable) -> web.Response: ...
+    def readiness(self, worker: web.StreamResponse | str) -> web.StreamResponse:
+        """`/readyz`: given the worker's answer, or why no worker answered."""
+        ...
 
 
 class NoWorkerFallback:
@@ -43,7 +46,9 @@ class NoWorkerFallback:
     ) -> web.StreamResponse:
         raise why
 
-    def readiness(self, why: WorkerUnavailable) -> web.Response:
+    def readiness(self, worker: web.StreamResponse | str) -> web.StreamResponse:
+        if not isinstance(worker, str):
+            return worker  # the front is ready when its worker is
         # Readiness keeps its own shape: starting, not an error object.
         return _json(503, {"status": "starting", "worker": "not answering yet"})
 
@@ -66,8 +71,12 @@ class DirectUpstream:
         safe = request.method in ("GET", "HEAD", "OPTIONS")
         return await send_upstream(request, ctx, self._upstream, self._auth, body, retry=safe)
 
-    def readiness(self, why: WorkerUnavailable) -> web.Response:
-        return _json(200, {"status": "degraded", "worker": f"unreachable: {why.message}"})
+    def readiness(self, worker: web.StreamResponse | str) -> web.StreamResponse:
+        if not isinstance(worker, str):
+            if worker.status == 200:
+                return worker
+            worker = f"a worker answered {worker.status}"  # starting, or stopping
+        return _json(200, {"status": "degraded", "worker": worker})
 
 
 def _json(status: int, report: dict[str, str]) -> web.Response:

@@ -21,7 +21,6 @@ answer without one.
 
 from __future__ import annotations
 
-import logging
 import ssl
 from dataclasses import dataclass
 from typing import Protocol
@@ -35,7 +34,6 @@ from proxy.edge.worker_pool import WorkerPool, WorkerTarget
 from proxy.http.request_context import RequestContext
 from proxy.protocol.credentials import spelled_alike
 
-_log = logging.getLogger("deja.edge")
 # The host part of the URLs sent over the socket: any name would do.
 _WORKER = "http://deja-worker"
 # Hop-by-hop headers (RFC 9110 7.6.1) and what the client library sets itself.
@@ -272,8 +270,7 @@ class WorkerLink:
                 raise WorkerUnavailable(f"the worker is not answering: {exc}") from None
             if reply.headers.get(REFUSED_HEADER):
                 reply.release()
-                why = "it refused this front's edge.shared_secret"
-                _log.error("worker at %s: %s (the secrets differ)", hop.base_url, why)
+                why = "it refused this front's edge.shared_secret: the secrets differ"
                 self.route.failed(hop, why)
                 continue
             self.route.succeeded(hop)
