@@ -213,10 +213,7 @@ class CompletionHandler:
         if route is Route.COMPLETIONS:
             return self._cache.cache_completions
         if route is Route.RESPONSES:
-            # Background responses are the upstream's to run and keep: passed through. A
-            # stored response's id belongs to one tenant's upstream account: never shared.
-            shared = creq.tenant == SHARED_TENANT and creq.upstream_keeps
-            return read.body.get("background") is not True and not shared
+            return _response_cacheable(read.body, creq)
         return True
 
     def _plan(self, read: ReadRequest, store: bool, near_miss: NearMiss | None) -> CallPlan:
@@ -247,6 +244,18 @@ class CompletionHandler:
             plain_upstream=read.upstream_request(plain_body) if added else None,
             near_miss=near_miss,
         )
+
+
+def _response_cacheable(body: dict[str, Any], creq: CacheRequest) -> bool:
+    """Whether a Responses API request is cached (README, "Responses API"). Not when
+    - it runs in the background: the upstream runs and keeps it, the client polls for it;
+    - it names a `conversation`: the upstream adds each turn to the conversation, and a hit
+      would leave this one out, so the next turn would be answered without it;
+    - the upstream keeps it while cache.share_across_tenants is on: a kept response's id
+      belongs to one tenant's upstream account."""
+    if body.get("background") is True or body.get("conversation") is not None:
+        return False
+    return not (creq.upstream_keeps and creq.tenant == SHARED_TENANT)
 
 
 def _plain(body: dict[str, Any]) -> dict[str, Any]:

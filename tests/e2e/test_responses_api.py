@@ -202,7 +202,6 @@ async def test_chains_with_previous_response_id_never_break(
         {"tool_choice": "none"},
         {"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]},
         {"store": False},
-        {"conversation": "conv_1"},
         {"extra_body": {"future_field": 1}},
         {"input": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q"}]},
         {"input": [{"role": "user", "content": [{"type": "input_text", "text": "Q"}]}]},
@@ -318,6 +317,18 @@ async def test_background_responses_pass_through(
         done = await client.responses.retrieve(queued.id)
     assert done.output_text == ANSWER
     assert stub.response_calls() == 2
+
+
+async def test_conversation_requests_pass_through(
+    proxy_factory: ProxyFactory, stub: StubUpstream
+) -> None:
+    # The upstream adds every turn to the conversation: a hit would leave one out.
+    proxy = await proxy_factory()
+    async with client_for(proxy) as client:
+        for _ in range(2):
+            _, headers = await create(client, input=QUESTION, conversation="conv_1")
+            assert headers["X-Deja-Cache"] == "bypass"
+    assert [c.get("conversation") for c in stub.calls] == ["conv_1", "conv_1"]
 
 
 async def test_store_true_is_never_shared_across_tenants(
