@@ -382,7 +382,7 @@ def test_responses_paraphrases_hit_with_the_stored_response(stack: Stack) -> Non
         miss = responses.create(model="m", input=first)
         hit = responses.create(model="m", input="How can I change my account password?")
         streamed = responses.create(
-            model="m", input="How do I change the password of my account?", stream=True
+            model="m", input="How can I change my account password?", stream=True
         )
         events = list(streamed.parse())
         other = responses.create(model="m", input="How do I delete my account?")
@@ -395,6 +395,7 @@ def test_responses_paraphrases_hit_with_the_stored_response(stack: Stack) -> Non
     assert hit.parse().output_text == f"Answer to: {first}"
     assert hit.parse().id == miss.parse().id
     assert streamed.headers["X-Deja-Cache"] == "hit", dict(streamed.headers)
+    assert streamed.headers["X-Deja-Match"] == hit.headers["X-Deja-Match"]
     assert events[-1].type == "response.completed"
     assert events[-1].response.output_text == f"Answer to: {first}"
     assert other.headers["X-Deja-Cache"] == "miss"
