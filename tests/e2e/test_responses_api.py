@@ -8,12 +8,14 @@ id the upstream does not hold would break the next turn of a chain here, as it w
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
 import pytest
 from openai import APIError, AsyncOpenAI
 
+from core.clock import ManualClock
 from tests.conftest import ProxyFactory, RunningProxy
 from tests.support.stub_upstream import Behaviour, StubUpstream
 
@@ -403,3 +405,58 @@ async def test_invalid_input_is_a_400_naming_the_field(
                 assert reply.status == 400
                 assert (await reply.json())["error"]["param"] == param
     assert stub.response_calls() == 0
+
+
+async def test_a_streamed_and_a_plain_request_share_one_upstream_call(
+    proxy_factory: ProxyFactory, stub: StubUpstream
+) -> None:
+    stub.behaviour = Behaviour(chunk_delay_s=0.02)
+    proxy = await proxy_factory()
+    async with client_for(proxy) as client:
+        (events, streamed_headers), (plain, plain_headers) = await asyncio.gather(
+            create_streamed(client, input=QUESTION), create(client, input=QUESTION)
+        )
+    assert assert_well_formed(events).output_text == plain.output_text == ANSWER
+    assert events[-1].response.id == plain.id
+    assert {streamed_headers["X-Deja-Cache"], plain_headers["X-Deja-Cache"]} == {"miss"}
+    assert "1" in (streamed_headers.get("X-Deja-Coalesced"), plain_headers.get("X-Deja-Coalesced"))
+    assert stub.response_calls() == 1
+
+
+@pytest.mark.parametrize("store", [True, False])
+async def test_a_stale_answer_keeps_the_id_rule(
+    proxy_factory: ProxyFactory, stub: StubUpstream, store: bool
+) -> None:
+    clock = ManualClock()
+    proxy = await proxy_factory(
+        clock=clock,
+        upstream={"max_retries": 0},
+        ttl={"base_ttl_s": 60, "jitter_min": 1, "jitter_max": 1},
+    )
+    async with client_for(proxy) as client:
+        original, _ = await create(client, input=QUESTION, store=store)
+        clock.advance(61)
+        stub.behaviour = Behaviour(status=500)
+        stale, headers = await create(client, input=QUESTION, store=store)
+        events, stream_headers = await create_streamed(client, input=QUESTION, store=store)
+    assert headers["X-Deja-Cache"] == stream_headers["X-Deja-Cache"] == "degraded"
+    assert headers["X-Deja-Degraded"] == "stale"
+    assert stale.output_text == assert_well_formed(events).output_text == ANSWER
+    assert (stale.id == original.id) is store
+    assert (events[-1].response.id == original.id) is store
+
+
+async def test_a_fallback_answer_is_a_completed_response(
+    proxy_factory: ProxyFactory, stub: StubUpstream
+) -> None:
+    stub.behaviour = Behaviour(status=500)
+    proxy = await proxy_factory(
+        upstream={"max_retries": 0}, degrade={"fallback_template": "Try again later ({model})."}
+    )
+    async with client_for(proxy) as client:
+        plain, headers = await create(client, input=QUESTION)
+        events, _ = await create_streamed(client, input=QUESTION)
+    assert headers["X-Deja-Degraded"] == "fallback"
+    assert plain.status == "completed" and plain.output_text == "Try again later (m)."
+    assert plain.id.startswith("resp_") and plain.id not in stub.stored_responses
+    assert assert_well_formed(events).output_text == "Try again later (m)."
