@@ -241,8 +241,12 @@ def _validate_input_content(path: str, content: Any) -> None:
     param = f"{path}.content"
     if isinstance(content, str):
         return
+    if content is None:
+        _missing(param, "a message needs 'content'")
     if not isinstance(content, list) or not content:
-        _missing(param, "a message needs 'content': a string or a non-empty array of parts")
+        raise InvalidRequest(
+            f"'{param}' must be a string or a non-empty array of parts", param=param
+        )
     for j, part in enumerate(content):
         if not isinstance(part, dict):
             raise InvalidRequest(f"'{param}' parts must be objects", param=f"{param}[{j}]")

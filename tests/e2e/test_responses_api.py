@@ -399,6 +399,12 @@ async def test_invalid_input_is_a_400_naming_the_field(
             ({"model": "m", "input": 3}, "input"),
             ({"model": "m", "input": [{"role": "pirate", "content": "x"}]}, "input[0].role"),
             ({"model": "m", "input": "x", "store": "yes"}, "store"),
+            ({"model": "m", "input": [{"role": "user", "content": 5}]}, "input[0].content"),
+            ({"model": "m", "input": [{"role": "user"}]}, "input[0].content"),
+            (
+                {"model": "m", "input": [{"role": "user", "content": [{"type": "input_text"}]}]},
+                "input[0].content[0].text",
+            ),
             ({"input": "x"}, "model"),
         ):
             async with session.post(proxy.url("/v1/responses"), json=body) as reply:
