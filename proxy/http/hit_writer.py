@@ -2,7 +2,9 @@
 
 One writer for the whole proxy (proxy/http/completions.py) and for edge mode's front
 (proxy/edge/front.py), so a hit reads the same whichever process served it: the stored completion
-with a fresh `id` and `created` and the original `usage`, as JSON or replayed as SSE.
+with a fresh `id` and `created` and the original `usage`, as JSON or replayed as SSE. A Responses
+API hit is the stored response, with the identity `identified` gives it (its own id where the
+upstream keeps it), as JSON or replayed as typed events.
 """
 
 from __future__ import annotations

@@ -232,7 +232,10 @@ class FlightWriter:
                 error = (
                     event.error
                     if isinstance(event, FlightFailed)
-                    else UpstreamProtocolError("the upstream's stream ended before its end")
+                    else UpstreamProtocolError(
+                        "the upstream's stream ended without "
+                        + ("its terminal event" if typed else "[DONE]")
+                    )
                 )
                 self._ctx.error_code = error.code
                 if typed:
