@@ -77,9 +77,11 @@ def usage_tokens(response: dict[str, Any]) -> tuple[int, int]:
 def served_response(
     stored: dict[str, Any], fresh_id: str, created_at: int, upstream_keeps: bool
 ) -> dict[str, Any]:
-    """A cached response as a hit serves it: its own id where the upstream keeps it, else
+    """A cached response as a hit serves it: its own id where the upstream keeps it (the request
+    did not say `store: false`, and the upstream did not answer that it kept nothing), else
     `fresh_id` and `created_at`."""
-    if upstream_keeps and isinstance(stored.get("id"), str) and stored["id"]:
+    kept = upstream_keeps and stored.get("store") is not False
+    if kept and isinstance(stored.get("id"), str) and stored["id"]:
         return stored
     return {**stored, "id": fresh_id, "created_at": created_at}
 

@@ -10,6 +10,7 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
+from proxy.protocol.response_object import served_response
 from proxy.protocol.responses_stream import (
     ResponseAssembler,
     encode_typed_event,
@@ -137,3 +138,12 @@ def test_an_event_goes_out_with_its_type() -> None:
     )
     assert encode_typed_event("x", None) == b"data: x\n\n"
     assert encode_typed_event("x", {"type": "a\nb"}) == b"data: x\n\n"
+
+
+def test_a_served_response_keeps_its_id_only_where_the_upstream_keeps_it() -> None:
+    kept = served_response(RESPONSE, "resp_fresh", 5, upstream_keeps=True)
+    assert (kept["id"], kept["created_at"]) == ("resp_1", 1700000000)
+    for stored, keeps in ((RESPONSE, False), ({**RESPONSE, "store": False}, True)):
+        fresh = served_response(stored, "resp_fresh", 5, upstream_keeps=keeps)
+        assert (fresh["id"], fresh["created_at"]) == ("resp_fresh", 5)
+        assert fresh["output"] == RESPONSE["output"]
