@@ -24,7 +24,11 @@ ID_PREFIX = "resp_"
 
 
 def is_response(obj: Any) -> bool:
-    return isinstance(obj, dict) and obj.get("object") == RESPONSE_OBJECT
+    """A response object: it says so, or (an upstream that leaves `object` out) it has
+    `output` and no chat `choices`."""
+    if not isinstance(obj, dict):
+        return False
+    return obj.get("object") == RESPONSE_OBJECT or ("output" in obj and "choices" not in obj)
 
 
 def status_of(response: dict[str, Any]) -> str | None:

@@ -65,7 +65,10 @@ class ResponseAssembler:
         elif kind == "response.output_item.done" and isinstance(event.get("output_index"), int):
             self._done_items[event["output_index"]] = event.get("item")
         elif kind in TERMINAL_EVENTS and isinstance(event.get("response"), dict):
-            self._terminal = event["response"]
+            response = event["response"]
+            # The event's type says how it ended, should its response leave `status` out.
+            status = response.get("status") or str(kind).removeprefix("response.")
+            self._terminal = response if "status" in response else {**response, "status": status}
 
     @property
     def ended(self) -> bool:

@@ -147,3 +147,10 @@ def test_a_served_response_keeps_its_id_only_where_the_upstream_keeps_it() -> No
         fresh = served_response(stored, "resp_fresh", 5, upstream_keeps=keeps)
         assert (fresh["id"], fresh["created_at"]) == ("resp_fresh", 5)
         assert fresh["output"] == RESPONSE["output"]
+
+
+def test_a_terminal_event_names_the_status_its_response_leaves_out() -> None:
+    bare = {k: v for k, v in RESPONSE.items() if k not in ("status", "object")}
+    assembler = ResponseAssembler()
+    assembler.feed({"type": "response.incomplete", "sequence_number": 0, "response": bare})
+    assert assembler.completion() == {**bare, "status": "incomplete"}

@@ -53,3 +53,8 @@ def test_what_is_stored_and_why_not(
 def test_a_response_is_stored_only_when_completed(response: Any, refusal: str | None) -> None:
     # Never an incomplete one, not even with store_truncated on.
     assert StoreRule(store_truncated=True).refusal(response, Route.RESPONSES) == refusal
+
+
+def test_a_response_without_its_object_field_is_still_a_response() -> None:
+    response = {"id": "resp_1", "status": "completed", "output": []}
+    assert StoreRule().refusal(response, Route.RESPONSES) is None
