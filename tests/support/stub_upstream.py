@@ -568,8 +568,7 @@ def _error(
     kind = "invalid_request_error" if status < 500 else "server_error"
     if status == 429:
         kind = "insufficient_quota" if code == "insufficient_quota" else "rate_limit_error"
-    return web.json_response(
-        {"error": {"message": message, "type": kind, "code": code, "param": param}},
-        status=status,
-        headers=headers,
-    )
+    error: dict[str, Any] = {"message": message, "type": kind, "code": code}
+    if param is not None:
+        error["param"] = param
+    return web.json_response({"error": error}, status=status, headers=headers)
