@@ -2,10 +2,10 @@
 
 The call publishes what it receives as it receives it (nothing is buffered before clients see
 it), folds a streamed answer into a completion, and stores the answer only when it is clean:
-a 2xx, a terminal event (`[DONE]`; a Responses API stream's terminal event), no error, every
-event JSON, the choices ended as the `StoreRule`
-allows (stop, tool_calls, and length unless `cache.store_truncated` is off), not too large,
-and the request allowed storing. Storing (proxy/answering/answer_store.py) happens after the
+a 2xx, a terminal event (`[DONE]`; a Responses API stream's own terminal event), no error,
+every event JSON, the answer finished as the `StoreRule` allows (stop, tool_calls, and length
+unless `cache.store_truncated` is off; a response `completed`), not too large, and the request
+allowed storing. Storing (proxy/answering/answer_store.py) happens after the
 waiters have their answer.
 """
 
