@@ -37,7 +37,7 @@ from proxy.answering.gate import UpstreamGate
 from proxy.answering.miss_learning import MissLearner
 from proxy.answering.store_rule import StoreRule
 from proxy.answering.verifier import Verifier
-from proxy.composition.report import gauges_of
+from proxy.composition.readings import readings_of
 from proxy.edge.report import EdgeReport
 from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
@@ -185,7 +185,7 @@ def build_request_parts(config: DejaConfig) -> RequestParts:
 def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> StoreParts:
     """The tiers and the cache service over them. Without `semantic_index` (edge mode's
     front) no models load and no index is kept, whatever `semantic.enabled` says."""
-    recorder = CacheRecorder()
+    recorder = CacheRecorder(clock)
     lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
     local: list[CacheTier] = [lru] if lru is not None else []
     redis = RedisConnection(config.redis) if config.redis.url else None
@@ -275,7 +275,11 @@ def build_proxy(
     readiness = Readiness()
     ttl = TtlPolicy(config.ttl)
     telemetry = Telemetry(
-        config.telemetry, store.recorder, gauges_of(store, upstream, readiness), span_exporter
+        config.telemetry,
+        store.recorder,
+        readings_of(store, upstream, readiness, config.verify),
+        clock,
+        span_exporter,
     )
     entries = EntryBuilder(
         config.cache, config.degrade, config.semantic, ttl, store.thresholds, clock, store.features
