@@ -44,7 +44,8 @@ from proxy.edge.worker_process import WorkerProcess
 from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.client_auth import ClientAuth
 from proxy.http.finished_requests import AccessLogWriter, RequestLedger
-from proxy.http.telemetry import Telemetry, build_tracer
+from proxy.http.telemetry import Telemetry
+from proxy.http.traces import build_tracer
 from proxy.protocol.credentials import CredentialRule
 from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.client import UpstreamClient
@@ -245,9 +246,10 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
     )
 
 
-def build_upstream(config: DejaConfig, clock: Clock) -> UpstreamParts:
+def build_upstream(config: DejaConfig, clock: Clock, tracer: StageTracer) -> UpstreamParts:
     u = config.upstream
-    client = UpstreamClient(u, AiohttpTransport(u), clock=clock)
+    # The tracer's trace context goes with every upstream call (core/tracing.py).
+    client = UpstreamClient(u, AiohttpTransport(u), clock=clock, tracer=tracer)
     breaker: Breaker = (
         CircuitBreaker(config.breaker, clock) if config.breaker.enabled else AlwaysClosedBreaker()
     )
@@ -271,15 +273,12 @@ def build_proxy(
 ) -> ProxyParts:
     """The whole proxy's parts (single process, and edge mode's worker)."""
     store = build_store(config, clock, semantic_index=True)
-    upstream = build_upstream(config, clock)
+    tracer = build_tracer(config.telemetry, span_exporter)
+    upstream = build_upstream(config, clock, tracer)
     readiness = Readiness()
     ttl = TtlPolicy(config.ttl)
     telemetry = Telemetry(
-        config.telemetry,
-        store.recorder,
-        readings_of(store, upstream, readiness, config.verify),
-        clock,
-        span_exporter,
+        store.recorder, readings_of(store, upstream, readiness, config.verify), clock, tracer
     )
     entries = EntryBuilder(
         config.cache, config.degrade, config.semantic, ttl, store.thresholds, clock, store.features

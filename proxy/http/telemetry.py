@@ -1,26 +1,18 @@
-"""Prometheus metrics and OpenTelemetry spans: the only module that imports either.
+"""Prometheus metrics, and the app's tracer: with proxy/http/traces.py, the only modules that
+import Prometheus or OpenTelemetry.
 
 The core records plain counters (`core.recorder.CacheRecorder`) and opens spans through the
-`core.tracing.StageTracer` seam; this module exports them. Each app gets its own Prometheus
-registry and its own tracer provider (nothing global), so tests can build many apps.
+`core.tracing.StageTracer` seam; this module exports the counters, traces.py the spans. Each
+app gets its own Prometheus registry and its own tracer provider (nothing global), so tests can
+build many apps.
 """
 
 from __future__ import annotations
 
 import bisect
-import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SimpleSpanProcessor,
-    SpanExporter,
-)
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -31,12 +23,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from core.clock import Clock
-from core.config import TelemetryConfig
-from core.errors import ConfigError
 from core.health_signals import FAST_HIT_S, WINDOWS_S, RequestHealth
 from core.readings import Reading, ReadingKind, gauge
 from core.recorder import CacheRecorder, NotStoredReason
-from core.tracing import AttributeValue, NoopTracer, SpanNotes, StageTracer
+from core.tracing import StageTracer
+from proxy.http.traces import shutdown_tracer
 
 ReadingSource = Callable[[], list[Reading]]
 # The Prometheus text format generate_latest writes, with its version. (prometheus_client's
@@ -61,47 +52,6 @@ _LATENCY_BUCKETS = (
     30,
     60,
 )
-
-
-class OTelTracer:
-    def __init__(self, provider: TracerProvider) -> None:
-        self._provider = provider
-        self._tracer = provider.get_tracer("deja")
-
-    def span(
-        self, name: str, attributes: Mapping[str, AttributeValue] | None = None
-    ) -> AbstractContextManager[SpanNotes]:
-        # The OpenTelemetry span itself: it takes attributes, records an exception that
-        # escapes it, and is the parent of the spans opened inside it (contextvars, so a
-        # task started inside inherits it).
-        return self._tracer.start_as_current_span(name, attributes=dict(attributes or {}))
-
-    def shutdown(self) -> None:
-        self._provider.shutdown()
-
-
-def build_tracer(config: TelemetryConfig, exporter: SpanExporter | None = None) -> StageTracer:
-    """The tracer `config` asks for; with `exporter` (tests), spans go there as they end."""
-    processor: type[SimpleSpanProcessor] | type[BatchSpanProcessor] = BatchSpanProcessor
-    if exporter is not None:
-        processor = SimpleSpanProcessor
-    elif config.traces == "none":
-        return NoopTracer()
-    elif config.traces == "console":
-        exporter = ConsoleSpanExporter(out=sys.stderr)
-    else:
-        assert config.otlp_endpoint, "config validation requires telemetry.otlp_endpoint"
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError as exc:  # pragma: no cover - depends on the installed extras
-            raise ConfigError(
-                "telemetry.traces is otlp but the package"
-                " opentelemetry-exporter-otlp-proto-http is not installed"
-            ) from exc
-        exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint)
-    provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
-    provider.add_span_processor(processor(exporter))
-    return OTelTracer(provider)
 
 
 class _StatsCollector(Collector):
@@ -281,16 +231,18 @@ class RequestMetrics(Collector):
 
 
 class Telemetry:
+    """The app's metrics registry, and its tracer (built by the composition root, which also
+    hands it to the upstream client)."""
+
     def __init__(
         self,
-        config: TelemetryConfig,
         recorder: CacheRecorder,
         readings: ReadingSource,
         clock: Clock,
-        span_exporter: SpanExporter | None = None,
+        tracer: StageTracer,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.tracer = build_tracer(config, span_exporter)
+        self.tracer = tracer
         self._requests = RequestMetrics(clock)
         self.registry.register(self._requests)
         self.registry.register(_StatsCollector(recorder, readings))
@@ -303,9 +255,3 @@ class Telemetry:
 
     def shutdown(self) -> None:
         shutdown_tracer(self.tracer)
-
-
-def shutdown_tracer(tracer: StageTracer) -> None:
-    """Export what is buffered and stop (at shutdown)."""
-    if isinstance(tracer, OTelTracer):
-        tracer.shutdown()
