@@ -321,6 +321,7 @@ def build_front(
     access_log_stream: BinaryIO,
     link: WorkerLink,
     worker: WorkerProcess | None,
+    span_exporter: SpanExporter | None = None,
 ) -> FrontParts:
     assert config.redis.url, "config validation requires redis.url with server.edge"
     store = build_store(config, clock, semantic_index=False)
@@ -334,7 +335,7 @@ def build_front(
         worker=worker,
         report=report,
         ledger=RequestLedger(report, access_log(config, access_log_stream)),
-        tracer=build_tracer(config.telemetry),
+        tracer=build_tracer(config.telemetry, span_exporter),
     )
 
 
