@@ -21,18 +21,19 @@ from core.sliding_window import SlidingWindow, entropy_bits
 FAST_HIT_S = 0.1
 # The windows exported (the `window` label of the ratio gauges); the longest sets the span kept.
 WINDOWS_S: Mapping[str, float] = MappingProxyType({"1m": 60.0, "5m": 300.0, "15m": 900.0})
-_CACHED_ROUTES = frozenset({"chat", "completions"})
 _REQUESTS, _HITS, _FAST_HITS = "requests", "hits", "fast_hits"
 
 
 class RequestHealth:
-    """Hit ratio and fast-hit share of the cached routes' requests, over `WINDOWS_S`."""
+    """Hit ratio and fast-hit share of the requests of `cached_routes` (route labels, such as
+    "chat"), over `WINDOWS_S`."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, cached_routes: frozenset[str]) -> None:
         self._window: SlidingWindow[str] = SlidingWindow(clock, span_s=max(WINDOWS_S.values()))
+        self._cached_routes = cached_routes
 
     def observe(self, route: str, cache: str, seconds: float) -> None:
-        if route not in _CACHED_ROUTES:
+        if route not in self._cached_routes:
             return  # /metrics, /healthz and pass-through are not cache traffic
         self._window.add(_REQUESTS)
         if cache == "hit":

@@ -27,6 +27,7 @@ from core.health_signals import FAST_HIT_S, WINDOWS_S, RequestHealth
 from core.readings import Reading, ReadingKind, gauge
 from core.recorder import CacheRecorder, NotStoredReason
 from core.tracing import StageTracer
+from normalize.keys.request import Route
 from proxy.http.traces import shutdown_tracer
 
 ReadingSource = Callable[[], list[Reading]]
@@ -168,7 +169,8 @@ class RequestMetrics(Collector):
     """
 
     def __init__(self, clock: Clock) -> None:
-        self._health = RequestHealth(clock)
+        # Every cached route's requests (normalize's Route: chat, completions, ...).
+        self._health = RequestHealth(clock, frozenset(map(str, Route)))
         self._counts: dict[tuple[str, str, int], int] = {}
         # (route, cache) → [per-bucket counts (last: +Inf), sum of seconds]
         self._latency: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
@@ -210,7 +212,7 @@ class RequestMetrics(Collector):
                 *(
                     gauge(
                         "hit_ratio",
-                        "Hits over the chat and completions requests of the window",
+                        "Hits over the cached routes' requests of the window",
                         self._health.hit_ratio(window_s),
                         window=window,
                     )
@@ -219,8 +221,8 @@ class RequestMetrics(Collector):
                 *(
                     gauge(
                         "fast_hit_ratio",
-                        f"Hits answered within {FAST_HIT_S * 1000:g} ms over all the chat and"
-                        " completions requests of the window",
+                        f"Hits answered within {FAST_HIT_S * 1000:g} ms over all the cached"
+                        " routes' requests of the window",
                         self._health.fast_hit_ratio(window_s),
                         window=window,
                     )

@@ -35,7 +35,7 @@ def test_entropy_is_zero_for_one_key_and_log2_n_for_n_even_keys() -> None:
 
 def test_the_fast_hit_share_counts_slow_hits_and_misses_against_it() -> None:
     clock = ManualClock(start_s=0.0)
-    health = RequestHealth(clock)
+    health = RequestHealth(clock, frozenset({"chat", "completions"}))
     health.observe("chat", "hit", 0.002)
     health.observe("chat", "hit", 0.1)  # exactly 100 ms: within
     health.observe("completions", "hit", 0.3)  # a slow hit
