@@ -39,7 +39,7 @@ def readings(
         gauge("queued_upstream_calls", "Upstream calls waiting for admission", admission.queued),
         counter(
             "admission_rejections",
-            "Upstream calls refused: the admission queue was full",
+            "Upstream calls refused with a 429: the admission queue was full or the wait timed out",
             admission.rejected,
         ),
         gauge(
