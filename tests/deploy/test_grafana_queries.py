@@ -26,7 +26,7 @@ from tests.support.stub_upstream import StubUpstream
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana-dashboard.json"
 COMPOSE = ROOT / "docker-compose.yml"
-# Series Prometheus makes itself for every target (the instance variable's query reads `up`).
+# Series Prometheus makes itself for every target.
 PROMETHEUS_OWN = {"up"}
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}
 _KEYWORDS |= {"and", "or", "unless", "inf", "nan"}
@@ -106,6 +106,9 @@ async def test_every_query_names_a_metric_a_scrape_contains(
     exported |= exported_names(await modelserver_scrape())
     named = set().union(*(metric_names(q) for q in queries()))
     assert named, "no query found"
+    for variable in dashboard()["templating"]["list"]:  # the instance variable's series too
+        if variable["type"] == "query":
+            named |= set(re.findall(r"deja_\w+", variable["query"]["query"]))
     assert named - exported - PROMETHEUS_OWN == set()
     # The panels the operator asked for, on the model server.
     for metric in (
@@ -120,9 +123,12 @@ async def test_every_query_names_a_metric_a_scrape_contains(
 def test_every_query_is_filtered_by_the_instance_variable() -> None:
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
     assert set(variables) == {"datasource", "instance"}
-    # Grafana's own function, not PromQL: the instances of Deja's scrape jobs.
+    # Grafana's own function, not PromQL: the instances exporting a series only a proxy or only
+    # a model server has, whatever the scrape jobs are called (compose's, a Kubernetes pod's).
     instance_query = variables["instance"]["query"]["query"]
-    assert re.fullmatch(r'label_values\(up\{job=~"deja-\.\*"\}, instance\)', instance_query)
+    match = re.fullmatch(r'label_values\(\{__name__=~"([\w|]+)"\}, instance\)', instance_query)
+    assert match is not None, instance_query
+    assert set(match[1].split("|")) == {"deja_ready", "deja_modelserver_engine_alive"}
     for expr in queries():
         for selector in re.findall(r"deja_\w+(\{[^}]*\})?", expr):
             assert 'instance=~"$instance"' in selector, expr
