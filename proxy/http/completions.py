@@ -113,7 +113,7 @@ class CompletionHandler:
             if outcome.hit is not None:
                 return await self._serve_hit(request, ctx, read, outcome)
             ctx.cache = CacheOutcome.MISS
-            self._recorder.miss()
+            self._recorder.miss(creq.partition)
         else:
             self._recorder.bypass()
             if read.directives.explain:

@@ -86,7 +86,8 @@ class RequestFrame:
             ctx = RequestContext(self._ids.of(request), label, time.monotonic())
             request[CONTEXT] = ctx
             status = 500
-            with self._tracer.span("deja.request") as span:
+            # The client's trace context (traceparent) is the parent of the request's span.
+            with self._tracer.request_span("deja.request", request.headers) as span:
                 try:
                     if not any_method and request.method not in allowed:
                         response: web.StreamResponse = error_response(
