@@ -89,7 +89,7 @@ class EdgeCompletions:
                 ctx.explanation = outcome.explanation
                 return await self._hits.write(request, ctx, creq, outcome.hit)
         try:
-            return await self._link.forward(request, ctx, read.raw)
+            return await self._link.forward(request, ctx, read.raw, self._tracer.outgoing_headers())
         except WorkerUnreachable as exc:
             return await self._without.forward(request, ctx, read.raw, exc)
 
@@ -116,7 +116,9 @@ class EdgeRelay:
         ledger: RequestLedger,
         report: EdgeReport,
         max_body_bytes: int,
+        tracer: StageTracer,
     ) -> None:
+        self._tracer = tracer
         self._link = link
         self._without = without
         self._ledger = ledger
@@ -133,7 +135,7 @@ class EdgeRelay:
             self._ledger.drain()
             await self._report.flush()
         try:
-            reply = await self._link.forward(request, ctx, body)
+            reply = await self._link.forward(request, ctx, body, self._tracer.outgoing_headers())
         except WorkerUnreachable as exc:
             if request.path == "/readyz":
                 return self._without.readiness(f"unreachable: {exc.message}")

@@ -9,9 +9,11 @@ chunk by chunk when it has no length (SSE), so a streamed miss reaches the clien
 writes it. Bodies are not decompressed on the way.
 
 The edge sends the request id it assigned as X-Request-Id, so the worker uses the same one and
-feedback naming it finds the right record; over TCP, the shared secret as X-Deja-Edge-Secret
-(proxy/edge/worker_guard.py checks it; the upstream never sees an X-Deja-* header). Nothing else
-is added: the worker, and the upstream after it, see the client's request as the client sent it.
+feedback naming it finds the right record, and, when it traces, its own span's trace context
+in place of the client's (`traceparent`), so the worker's spans nest under the front's; over
+TCP, the shared secret as X-Deja-Edge-Secret (proxy/edge/worker_guard.py checks it; the
+upstream never sees an X-Deja-* header). Nothing else is added: the worker, and the upstream
+after it, see the client's request as the client sent it.
 
 Over TCP a request goes to the next worker address (proxy/edge/worker_pool.py); one that cannot
 be connected to, or drops the connection before answering, is skipped for a while and the next
@@ -22,6 +24,7 @@ answer without one.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +32,7 @@ import aiohttp
 from aiohttp import web
 
 from core.errors import WorkerUnavailable, WorkerUnreachable
+from core.tracing import TRACE_HEADERS
 from proxy.edge.worker_guard import REFUSED_HEADER, SECRET_HEADER
 from proxy.edge.worker_pool import WorkerPool, WorkerTarget
 from proxy.http.request_context import RequestContext
@@ -196,14 +200,17 @@ class WorkerLink:
         return self._session
 
     async def forward(
-        self, request: web.Request, ctx: RequestContext, body: bytes
+        self, request: web.Request, ctx: RequestContext, body: bytes, trace: Mapping[str, str]
     ) -> web.StreamResponse:
-        """`request` (whose body, already read, is `body`) answered by the worker."""
+        """`request` (whose body, already read, is `body`) answered by the worker; `trace`: the
+        front's trace context headers (StageTracer.outgoing_headers, {} when not tracing)."""
         # Credentials arrive as the front read them: the worker derives the same tenant.
+        not_sent = _NOT_SENT | TRACE_HEADERS if trace else _NOT_SENT
         headers = spelled_alike(
-            (k, v) for k, v in request.headers.items() if k.lower() not in _NOT_SENT
+            (k, v) for k, v in request.headers.items() if k.lower() not in not_sent
         )
         headers.append(("X-Request-Id", ctx.request_id))
+        headers += trace.items()
         data = body if body or request.method not in ("GET", "HEAD") else None
         reply = await self._send(request.method, request.path_qs, headers, data)
         ctx.relayed = True  # the worker answered it, and counts it; the front does not
