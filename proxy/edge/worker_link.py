@@ -138,8 +138,11 @@ class TcpRoute:
         return self._connect_timeout_s
 
     def hops(self) -> list[Hop]:
-        name = (lambda t: t.name) if self._tls is not None else (lambda t: None)
-        return [Hop(t.base_url(self._scheme), name(t), t) for t in self.pool.targets()]
+        # Connected by address; over TLS the certificate is checked for the name configured.
+        tls = self._tls is not None
+        return [
+            Hop(t.base_url(self._scheme), t.name if tls else None, t) for t in self.pool.targets()
+        ]
 
     def headers(self) -> list[tuple[str, str]]:
         return [(SECRET_HEADER, self._secret)]
