@@ -11,6 +11,7 @@ relay runs over TLS with a certificate the front checks.
 
 from __future__ import annotations
 
+import re
 import signal
 import ssl
 import subprocess
@@ -273,6 +274,42 @@ def test_a_front_with_another_secret_is_refused_and_says_why(plain: SharedStack)
     relayed = ask(right, "Answered by the worker?")
     assert (relayed.status, relayed.headers["X-Deja-Cache"]) == (200, "miss")
     assert "X-Deja-Degraded" not in relayed.headers
+
+
+def chat_misses(worker: ServerProcess) -> int:
+    """The chat misses `worker` answered, from its /metrics (open, as to the scrape)."""
+    text = http(worker, "GET", "/metrics").raw.decode()
+    found = re.search(r'deja_requests_total\{cache="miss",route="chat",status="200"\} (\S+)', text)
+    return int(float(found.group(1))) if found else 0
+
+
+def test_requests_are_spread_over_several_workers_and_one_down_is_skipped(
+    plain: SharedStack,
+) -> None:
+    assert plain.worker is not None
+    second = worker_process(
+        free_port(), plain.upstream, plain.redis.url, {"DEJA_SEMANTIC__ENABLED": "false"}
+    )
+    try:
+        second.wait_ready(timeout_s=120)
+        urls = f"tcp://127.0.0.1:{plain.worker_port},tcp://127.0.0.1:{second.port}"
+        front = plain.front({"DEJA_EDGE__WORKER_URLS": urls})
+        before = chat_misses(plain.worker), chat_misses(second)
+        for i in range(10):
+            assert ask(front, f"Spread question {i}?").headers["X-Deja-Cache"] == "miss"
+        after = chat_misses(plain.worker), chat_misses(second)
+        # Round robin per request (the front's report, when it has one, takes a turn too).
+        answered = [a - b for a, b in zip(after, before, strict=True)]
+        assert sum(answered) == 10 and min(answered) >= 4, answered
+        # One worker gone: the other answers everything, nothing goes upstream unmarked.
+        second.proc.send_signal(signal.SIGKILL)
+        second.proc.wait()
+        for i in range(6):
+            reply = ask(front, f"One worker left, question {i}?")
+            assert (reply.status, reply.headers["X-Deja-Cache"]) == (200, "miss")
+        assert chat_misses(plain.worker) - after[0] == 6
+    finally:
+        second.stop()
 
 
 def self_signed(folder: Path) -> tuple[Path, Path]:
