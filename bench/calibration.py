@@ -327,7 +327,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     stream = make_stream(workload, args.queries, args.new_share, rng)
     upstream = IntentUpstream(groups, seed=args.seed)
     upstream_url = await upstream.start()
-    runs = [Run(spec) for spec in run_specs(args.static)]
+    specs = run_specs(args.static)
+    if args.runs:
+        specs = [spec for spec in specs if any(part in spec.name for part in args.runs)]
+    runs = [Run(spec) for spec in specs]
     started = time.monotonic()
     try:
         await asyncio.to_thread(start_proxies, runs, upstream_url)
@@ -382,6 +385,9 @@ def main() -> None:
         "--new-share", type=float, default=0.11, help="share of queries that are new prompts"
     )
     parser.add_argument("--static", type=float, nargs="*", help="extra static thresholds")
+    parser.add_argument(
+        "--runs", nargs="*", help="only the runs whose name contains one of these (default all)"
+    )
     parser.add_argument(
         "--name", help="output name (default calibration, quick: calibration-quick)"
     )

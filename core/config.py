@@ -57,6 +57,43 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class EdgeConfig:
+    """Edge mode across machines: light fronts relaying to a shared pool of workers over TCP
+    (README, "Shared workers"). Empty `worker_urls`: the front starts its own worker on a unix
+    socket, as before."""
+
+    # Several addresses, or one name (a headless Service) resolving to several pods: requests
+    # are spread over every address, and one that refuses is skipped for a while.
+    worker_urls: tuple[str, ...] = setting(
+        (),
+        "with `server.edge`: tcp://host:port of shared workers (a name may resolve to several);"
+        " set, the front starts no worker of its own",
+    )
+    worker_listen: str = setting(
+        "127.0.0.1:8090", "`deja serve --role worker` listens for fronts on this host:port"
+    )
+    # Fronts and workers must hold the same one; compared in constant time.
+    shared_secret: str = setting(
+        "", "authenticates fronts to workers over TCP (16+ characters); required for TCP"
+    )
+    tls_cert: str = setting("", "worker: PEM certificate to serve the relay over TLS")
+    tls_key: str = setting("", "worker: PEM private key of `tls_cert`")
+    # Set on a front, it speaks TLS to its workers and checks their certificate against it.
+    tls_ca: str = setting("", "front: PEM CA bundle the workers' certificates are checked with")
+    connect_timeout_s: float = setting(
+        1.0, "front: time allowed to connect to a worker before trying the next", gt=0
+    )
+    # Doubling up to retry_max_s while it keeps refusing; the report every 200 ms re-tries it.
+    retry_min_s: float = setting(
+        0.5, "front: a worker that could not be reached is skipped this long at first", gt=0
+    )
+    retry_max_s: float = setting(5.0, "front: longest a failing worker is skipped", gt=0)
+    resolve_interval_s: float = setting(
+        10.0, "front: how often worker names are resolved again (pods come and go)", gt=0
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ProxyConfig:
     # With no upstream key the client's own Authorization is forwarded and this list, when
     # non-empty, still restricts access; with one, anyone reaching the port would spend it.
@@ -291,6 +328,15 @@ class TelemetryConfig:
     )
     otlp_endpoint: str = setting("", "e.g. http://127.0.0.1:4318/v1/traces")
     service_name: str = setting("deja", "service.name of the spans")
+    # Parent-based: a request with a traceparent follows its sampled flag. Of the traces
+    # without one, this share (by trace id) is exported, and every error and degraded answer.
+    sample_ratio: float = setting(
+        1.0,
+        "share of traces without an incoming parent that are exported (errors and degraded"
+        " answers always are)",
+        ge=0,
+        le=1,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +362,7 @@ class PricingConfig:
 @dataclass(frozen=True, slots=True)
 class DejaConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
+    edge: EdgeConfig = field(default_factory=EdgeConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)

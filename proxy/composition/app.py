@@ -37,6 +37,7 @@ from proxy.composition.report import (
 )
 from proxy.edge.front import EdgeCompletions, EdgeRelay, FrontRecorder
 from proxy.edge.report import REPORT_PATH, EdgeReportReceiver
+from proxy.edge.worker_guard import shared_secret_guard
 from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.admin_routes import AdminRoutes, AdminViews
@@ -63,11 +64,14 @@ def create_app(
     clock: Clock | None = None,
     *,
     edge_worker: bool = False,
+    shared_secret: str = "",
     access_log_stream: BinaryIO | None = None,
     span_exporter: SpanExporter | None = None,
 ) -> web.Application:
     """The whole proxy. With `edge_worker`, as edge mode's worker (see `create_edge_app`): it also
-    takes the front's reports, and stops when the front is gone. The access log (when
+    takes the front's reports, and stops when the front is gone; with `shared_secret` too, as a
+    shared worker fronts reach over TCP: only requests carrying the secret get in
+    (proxy/edge/worker_guard.py), and no front is its parent. The access log (when
     `server.access_log`) goes to `access_log_stream`, stderr unless given. `span_exporter`
     (tests) takes every span as it ends, whatever `telemetry.traces` says."""
     if not config.cache.tenant_secret:
@@ -80,9 +84,10 @@ def create_app(
         access_log_stream if access_log_stream is not None else sys.stderr.buffer,
         span_exporter,
     )
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    guards = [shared_secret_guard(shared_secret)] if shared_secret else []
+    app = web.Application(client_max_size=config.server.max_passthrough_bytes, middlewares=guards)
     app[PARTS] = parts
-    register(app, proxy_resources(parts, edge_worker=edge_worker))
+    register(app, proxy_resources(parts, edge_worker=edge_worker and not shared_secret))
     frame = RequestFrame(app, parts.ledger, parts.telemetry.tracer)
     HealthRoutes(
         readiness_report(parts), parts.telemetry, parts.ledger, config.telemetry.metrics
@@ -105,7 +110,8 @@ def create_app(
         DashboardRoutes().register(frame)
     if edge_worker:
         # Outside the frame: a report is not a client's request. Reachable only through the
-        # worker's unix socket, in a directory only the front's user can enter.
+        # worker's unix socket, in a directory only the front's user can enter, or with the
+        # shared secret.
         receiver = EdgeReportReceiver(parts.observers, parts.store.recorder, parts.served)
         app.router.add_post(REPORT_PATH, receiver.handle)
     frame.not_found_route()
@@ -176,15 +182,18 @@ def create_edge_app(
     clock: Clock | None = None,
     *,
     access_log_stream: BinaryIO | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> web.Application:
     """The front. `worker` is started and stopped with the app; None when something else runs
-    it (tests). The access log goes to `access_log_stream`, stderr unless given."""
+    it (tests). The access log goes to `access_log_stream`, stderr unless given; spans to
+    `span_exporter` when given (tests), else as `telemetry.traces` says."""
     parts = build_front(
         config,
         clock or SystemClock(),
         access_log_stream if access_log_stream is not None else sys.stderr.buffer,
         link,
         worker,
+        span_exporter,
     )
     requests = parts.requests
     reader = RequestReader(
@@ -192,9 +201,16 @@ def create_edge_app(
     )
     hits = HitWriter(config.pricing, parts.report, parts.clock, parts.store.recorder)
     completions = EdgeCompletions(
-        config.cache, reader, parts.store.service, hits, link, parts.tracer
+        config.cache, reader, parts.store.service, hits, link, parts.without, parts.tracer
     )
-    relay = EdgeRelay(link, parts.ledger, parts.report, config.server.max_passthrough_bytes)
+    relay = EdgeRelay(
+        link,
+        parts.without,
+        parts.ledger,
+        parts.report,
+        config.server.max_passthrough_bytes,
+        parts.tracer,
+    )
 
     app = web.Application(client_max_size=config.server.max_passthrough_bytes)
     register(app, front_resources(parts))

@@ -5,7 +5,8 @@ only those that started. The order, the same for every app (what an app lacks, i
 
     tracer / telemetry    shut down last: everything before it may still record a span
     edge worker process   (front) started first, so it loads while the front connects
-    worker link           (front)
+    worker link           (front) shared workers' names resolved first
+    direct upstream       (front, shared workers) for the misses while none answers
     upstream client       (proxy)
     Redis
     semantic index, models (proxy) closed once nothing uses them
@@ -37,7 +38,7 @@ from core.errors import TierUnavailable
 from proxy.composition.parts import FrontParts, ProxyParts, Readiness, StoreParts
 from proxy.composition.report import series_state
 from proxy.edge.worker_process import exit_with_parent
-from proxy.http.telemetry import shutdown_tracer
+from proxy.http.traces import shutdown_tracer
 
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 
@@ -88,6 +89,8 @@ def front_resources(parts: FrontParts) -> list[CleanupContext]:
         grace_s = parts.config.server.shutdown_grace_s
         resources.append(opening(_sync(worker.start), lambda: worker.stop(grace_s)))
     resources.append(opening(parts.link.start, parts.link.close))
+    if parts.direct is not None:
+        resources.append(opening(parts.direct.start, parts.direct.close))
     redis = parts.store.redis
     assert redis is not None, "the front reads what the worker stores from Redis"
     assert parts.store.replication is not None
@@ -101,6 +104,9 @@ def front_resources(parts: FrontParts) -> list[CleanupContext]:
     ]
     if worker is not None:
         resources.append(background(worker.watch, "deja-edge-worker-watch"))
+    pool = parts.link.pool
+    if pool is not None:
+        resources.append(background(pool.run, "deja-edge-worker-names"))
     # As the whole proxy does once started (`warm_up`).
     resources.append(starting(_sync(settle_collector)))
     return resources

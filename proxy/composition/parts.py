@@ -38,15 +38,18 @@ from proxy.answering.gate import UpstreamGate
 from proxy.answering.miss_learning import MissLearner
 from proxy.answering.store_rule import StoreRule
 from proxy.answering.verifier import Verifier
-from proxy.composition.report import gauges_of
+from proxy.composition.readings import readings_of
 from proxy.edge.report import EdgeReport
-from proxy.edge.worker_link import WorkerLink
+from proxy.edge.without_worker import DirectUpstream, NoWorkerFallback, WithoutWorker
+from proxy.edge.worker_link import TcpRoute, WorkerLink, client_tls
+from proxy.edge.worker_pool import WorkerPool
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.client_auth import ClientAuth
 from proxy.http.finished_requests import AccessLogWriter, RequestLedger, RequestObservers
 from proxy.http.recent_misses import RecentMisses
-from proxy.http.telemetry import Telemetry, build_tracer
+from proxy.http.telemetry import Telemetry
+from proxy.http.traces import build_tracer
 from proxy.protocol.credentials import CredentialRule
 from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.client import UpstreamClient
@@ -179,6 +182,9 @@ class FrontParts:
     ledger: RequestLedger
     # The front's spans are its own (a relayed request's stages are the worker's spans).
     tracer: StageTracer
+    # With shared workers, what goes to the upstream while none answers, over `direct`.
+    without: WithoutWorker
+    direct: UpstreamClient | None
 
 
 def build_request_parts(config: DejaConfig) -> RequestParts:
@@ -193,7 +199,7 @@ def build_request_parts(config: DejaConfig) -> RequestParts:
 def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> StoreParts:
     """The tiers and the cache service over them. Without `semantic_index` (edge mode's
     front) no models load and no index is kept, whatever `semantic.enabled` says."""
-    recorder = CacheRecorder()
+    recorder = CacheRecorder(clock)
     lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
     local: list[CacheTier] = [lru] if lru is not None else []
     redis = RedisConnection(config.redis) if config.redis.url else None
@@ -253,9 +259,10 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
     )
 
 
-def build_upstream(config: DejaConfig, clock: Clock) -> UpstreamParts:
+def build_upstream(config: DejaConfig, clock: Clock, tracer: StageTracer) -> UpstreamParts:
     u = config.upstream
-    client = UpstreamClient(u, AiohttpTransport(u), clock=clock)
+    # The tracer's trace context goes with every upstream call (core/tracing.py).
+    client = UpstreamClient(u, AiohttpTransport(u), clock=clock, tracer=tracer)
     breaker: Breaker = (
         CircuitBreaker(config.breaker, clock) if config.breaker.enabled else AlwaysClosedBreaker()
     )
@@ -279,11 +286,12 @@ def build_proxy(
 ) -> ProxyParts:
     """The whole proxy's parts (single process, and edge mode's worker)."""
     store = build_store(config, clock, semantic_index=True)
-    upstream = build_upstream(config, clock)
+    tracer = build_tracer(config.telemetry, span_exporter)
+    upstream = build_upstream(config, clock, tracer)
     readiness = Readiness()
     ttl = TtlPolicy(config.ttl)
     telemetry = Telemetry(
-        config.telemetry, store.recorder, gauges_of(store, upstream, readiness), span_exporter
+        store.recorder, readings_of(store, upstream, readiness, config.verify), clock, tracer
     )
     entries = EntryBuilder(
         config.cache,
@@ -338,21 +346,37 @@ def build_front(
     access_log_stream: BinaryIO,
     link: WorkerLink,
     worker: WorkerProcess | None,
+    span_exporter: SpanExporter | None = None,
 ) -> FrontParts:
     assert config.redis.url, "config validation requires redis.url with server.edge"
     store = build_store(config, clock, semantic_index=False)
     report = EdgeReport(link, store.recorder, served_enabled=bool(config.admin.token))
+    requests = build_request_parts(config)
+    direct = without = None
+    if link.shared:
+        direct = UpstreamClient(config.upstream, AiohttpTransport(config.upstream), clock=clock)
+        without = DirectUpstream(direct, requests.auth)
     return FrontParts(
         config=config,
         clock=clock,
-        requests=build_request_parts(config),
+        requests=requests,
         store=store,
         link=link,
         worker=worker,
         report=report,
         ledger=RequestLedger(report, access_log(config, access_log_stream)),
-        tracer=build_tracer(config.telemetry),
+        tracer=build_tracer(config.telemetry, span_exporter),
+        without=without or NoWorkerFallback(),
+        direct=direct,
     )
+
+
+def shared_worker_link(config: DejaConfig, clock: Clock) -> WorkerLink:
+    """A front's link to the shared workers of `edge.worker_urls`."""
+    edge = config.edge
+    tls = client_tls(edge.tls_ca) if edge.tls_ca else None
+    pool = WorkerPool(edge, clock)
+    return WorkerLink(TcpRoute(pool, edge.shared_secret, tls, edge.connect_timeout_s))
 
 
 def access_log(config: DejaConfig, stream: BinaryIO) -> AccessLogWriter:

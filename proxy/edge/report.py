@@ -61,6 +61,8 @@ class EdgeReport:
         self._served: deque[_Served] = deque()
         self._lock = asyncio.Lock()
         self.dropped = 0
+        # Whether the last report was kept back: logged once per outage, not every interval.
+        self._kept_back = False
 
     def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
         key = (route, cache, status)
@@ -110,7 +112,13 @@ class EdgeReport:
                 await self._link.post(REPORT_PATH, payload)
             except WorkerUnavailable as exc:
                 self._give_back(observed, served, counts)
-                _log.warning("edge report not delivered, kept for the next: %s", exc.message)
+                if not self._kept_back:
+                    _log.warning("edge report not delivered, kept for the next: %s", exc.message)
+                self._kept_back = True
+                return
+            if self._kept_back:
+                _log.info("edge report delivered again")
+                self._kept_back = False
 
     def _give_back(
         self,

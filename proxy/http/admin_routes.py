@@ -32,6 +32,7 @@ from aiohttp import web
 
 from core.clock import Clock
 from core.errors import AuthenticationFailed, InvalidRequest, NotFound
+from normalize.keys.request import Route
 from proxy.answering.feedback import FeedbackService, ServedRequests
 from proxy.answering.warmup import NotReadyForWarmUp, WarmUp
 from proxy.http.admin_openapi import admin_openapi
@@ -300,7 +301,10 @@ class AdminRoutes:
             "lemma_key": entry.lemma_key is not None,
             "semantic": entry.vector is not None or entry.analysis is not None,
             **_prompt(entry),
-            "completion": entry.completion(entry.entry_id, int(entry.stored_at)),
+            # A Responses API answer is stored whole, its own id included.
+            "completion": orjson.loads(entry.body)
+            if entry.route is Route.RESPONSES
+            else entry.completion(entry.entry_id, int(entry.stored_at)),
         }
 
 

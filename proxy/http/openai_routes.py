@@ -2,6 +2,7 @@
 
 POST /v1/chat/completions   cached (exact, lemma and semantic matches)
 POST /v1/completions        cached (exact matches only)
+POST /v1/responses          cached (exact, lemma and semantic matches; background: passed through)
 *    /v1/{anything else}    passed through to the upstream unchanged, X-Deja-Cache: bypass
                             (GET /v1/models among them)
 """
@@ -17,7 +18,7 @@ from normalize.keys.request import Route
 from proxy.http.client_auth import ClientAuth
 from proxy.http.completions import CompletionHandler
 from proxy.http.frame import RequestFrame
-from proxy.http.request_context import CONTEXT, CacheOutcome
+from proxy.http.request_context import CONTEXT, CacheOutcome, RequestContext
 from proxy.upstream.client import UpstreamClient, UpstreamRequest
 
 # The client's credentials go upstream as ClientAuth decides (unchanged, or replaced).
@@ -51,6 +52,7 @@ class OpenAIRoutes:
     def register(self, frame: RequestFrame) -> None:
         frame.route("/v1/chat/completions", "chat", self.chat_completions, methods=["POST"])
         frame.route("/v1/completions", "completions", self.completions, methods=["POST"])
+        frame.route("/v1/responses", "responses", self.responses, methods=["POST"])
         frame.route("/v1/{tail:.*}", "passthrough", self.passthrough)
 
     # Plain functions returning the handler's coroutine: one coroutine less on every hit.
@@ -60,30 +62,17 @@ class OpenAIRoutes:
     def completions(self, request: web.Request) -> Awaitable[web.StreamResponse]:
         return self._completions.handle(request, Route.COMPLETIONS, request[CONTEXT])
 
+    def responses(self, request: web.Request) -> Awaitable[web.StreamResponse]:
+        return self._completions.handle(request, Route.RESPONSES, request[CONTEXT])
+
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]
         ctx.cache = CacheOutcome.BYPASS
         self._auth.credentials(request.headers)
         body = await self._read_body(request)
-        headers = self._auth.upstream_headers(request.headers, _NOT_FORWARDED)
-        upstream_request = UpstreamRequest(
-            request.method, request.match_info["tail"], tuple(headers), body, request.query_string
-        )
         # Only reads are safe to repeat: a POST that reached the upstream must not run twice.
         safe = request.method in ("GET", "HEAD", "OPTIONS")
-        upstream = await self._upstream.open(upstream_request, retry=safe)
-        try:
-            ctx.upstream_status = upstream.status
-            relayed = {k: v for k, v in upstream.headers.items() if k.lower() not in _NOT_RELAYED}
-            relayed.update(ctx.cache_headers())
-            response = web.StreamResponse(status=upstream.status, headers=relayed)
-            await response.prepare(request)
-            async for chunk in upstream.iter_chunks():
-                await response.write(chunk)
-            await response.write_eof()
-            return response
-        finally:
-            upstream.release()
+        return await send_upstream(request, ctx, self._upstream, self._auth, body, retry=safe)
 
     async def _read_body(self, request: web.Request) -> bytes:
         limit = self._max_passthrough_bytes
@@ -97,3 +86,35 @@ class OpenAIRoutes:
             if len(body) > limit:
                 raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
         return bytes(body)
+
+
+async def send_upstream(
+    request: web.Request,
+    ctx: RequestContext,
+    upstream: UpstreamClient,
+    auth: ClientAuth,
+    body: bytes,
+    *,
+    retry: bool,
+) -> web.StreamResponse:
+    """`request` (a /v1/ route, its body read) sent to the upstream uncached, its answer
+    streamed back as it came with `ctx`'s headers (the pass-through, and edge mode's front
+    while no worker answers)."""
+    headers = auth.upstream_headers(request.headers, _NOT_FORWARDED)
+    tail = request.path.removeprefix("/v1/")
+    upstream_request = UpstreamRequest(
+        request.method, tail, tuple(headers), body, request.query_string
+    )
+    reply = await upstream.open(upstream_request, retry=retry)
+    try:
+        ctx.upstream_status = reply.status
+        relayed = {k: v for k, v in reply.headers.items() if k.lower() not in _NOT_RELAYED}
+        relayed.update(ctx.cache_headers())
+        response = web.StreamResponse(status=reply.status, headers=relayed)
+        await response.prepare(request)
+        async for chunk in reply.iter_chunks():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+    finally:
+        reply.release()

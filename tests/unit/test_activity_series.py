@@ -24,7 +24,7 @@ def test_a_point_holds_the_interval_s_changes_not_the_totals() -> None:
     for _ in range(3):
         recorder.hit("lru_k", "exact", 10, 20, 0.5)
     recorder.hit("semantic", "semantic", 5, 5, 0.25)
-    recorder.miss()
+    recorder.miss("p")
     recorder.bypass()
     clock.advance(10.0)
     first = series.sample(recorder.snapshot(), STATE)
@@ -36,8 +36,8 @@ def test_a_point_holds_the_interval_s_changes_not_the_totals() -> None:
     assert first.usd_saved == 1.75
     assert first.at_s == clock.time()
 
-    recorder.miss()
-    recorder.miss()
+    recorder.miss("p")
+    recorder.miss("p")
     clock.advance(5.0)
     second = series.sample(recorder.snapshot(), STATE)
     assert (second.hits, second.misses, second.interval_s) == (0, 2, 5.0)
@@ -51,7 +51,7 @@ def test_the_ring_keeps_the_window_s_points_oldest_first() -> None:
     series = ActivitySeries(clock, interval_s=10.0, window_s=30.0)
     for n in range(5):
         for _ in range(n):
-            recorder.miss()
+            recorder.miss("p")
         clock.advance(10.0)
         series.sample(recorder.snapshot(), STATE)
     assert [p.misses for p in series.points()] == [2, 3, 4]
