@@ -11,6 +11,7 @@ class Route(StrEnum):
 
     CHAT = "chat"  # POST /v1/chat/completions
     COMPLETIONS = "completions"  # POST /v1/completions (legacy; exact matches only)
+    EMBEDDINGS = "embeddings"  # POST /v1/embeddings (each input exactly, on its own)
 
 
 # Every key Deja hashes starts with this many hex characters of its partition. Redis uses them

@@ -35,6 +35,7 @@ from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.admin_routes import AdminRoutes, AdminViews
 from proxy.http.completions import CompletionHandler
+from proxy.http.embeddings import EmbeddingsHandler
 from proxy.http.frame import RequestFrame
 from proxy.http.health_routes import HealthRoutes
 from proxy.http.hit_writer import HitWriter
@@ -89,6 +90,7 @@ def create_app(
     )
     OpenAIRoutes(
         _completions(parts, reader),
+        _embeddings(parts),
         parts.upstream.client,
         requests.auth,
         config.server.max_passthrough_bytes,
@@ -128,6 +130,21 @@ def _completions(parts: ProxyParts, reader: RequestReader) -> CompletionHandler:
         lookup_turns=store.lookup_turns,
         upstream_turns=upstream.upstream_turns,
         hits=HitWriter(config.pricing, parts.served, clock, store.recorder),
+        tracer=parts.telemetry.tracer,
+    )
+
+
+def _embeddings(parts: ProxyParts) -> EmbeddingsHandler:
+    config, requests = parts.config, parts.requests
+    return EmbeddingsHandler(
+        server=config.server,
+        pricing=config.pricing,
+        auth=requests.auth,
+        rule=requests.credential_rule,
+        service=parts.store.service,
+        gate=parts.upstream.gate,
+        answers=parts.answers,
+        recorder=parts.store.recorder,
         tracer=parts.telemetry.tracer,
     )
 

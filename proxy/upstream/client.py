@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,6 +33,8 @@ from proxy.upstream.retry_policy import RATE_LIMITED, RetryPolicy, quota_exhaust
 
 # How the wait between two attempts is spent (seconds in, returns when the next may start).
 Pause = Callable[[float], Awaitable[None]]
+# A request body: whole, or streamed as it arrives from the client (sent once: never retried).
+RequestBody = bytes | AsyncIterable[bytes]
 
 
 class TransportResponse(Protocol):
@@ -65,10 +67,11 @@ class UpstreamTransport(Protocol):
         ...
 
     async def send(
-        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes
+        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: RequestBody
     ) -> TransportResponse:
         """Send one request; returns once the status line and headers arrived (any status).
-        `UpstreamUnreachable` when it could not be sent or no response began."""
+        A streamed body is read as it is sent. `UpstreamUnreachable` when it could not be sent
+        or no response began."""
         ...
 
     async def close(self) -> None: ...
@@ -79,7 +82,7 @@ class UpstreamRequest:
     method: str
     path: str  # relative to the base URL, e.g. "chat/completions"
     headers: tuple[tuple[str, str], ...]
-    body: bytes
+    body: RequestBody
     query: str = ""
 
 
@@ -163,6 +166,7 @@ class UpstreamClient:
         """Send `request`; returns once the status line and headers arrived (any status).
         `retry` false sends it once (for calls that are not safe to repeat); `pause` spends
         each wait between two attempts."""
+        assert isinstance(request.body, bytes) or not retry, "a streamed body cannot be resent"
         attempts = self._retry.attempts(retry)
         for attempt in range(attempts):
             last = attempt == attempts - 1
