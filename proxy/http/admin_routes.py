@@ -29,6 +29,7 @@ from aiohttp import web
 
 from core.clock import Clock
 from core.errors import AuthenticationFailed, InvalidRequest, NotFound
+from normalize.keys.request import Route
 from proxy.answering.feedback import FeedbackService, ServedRequests
 from proxy.answering.warmup import NotReadyForWarmUp, WarmUp
 from proxy.http.admin_openapi import admin_openapi
@@ -262,8 +263,16 @@ class AdminRoutes:
             "threshold": self._views.effective_threshold(entry.threshold),
             "lemma_key": entry.lemma_key is not None,
             "semantic": entry.vector is not None or entry.analysis is not None,
-            "completion": entry.completion(entry.entry_id, int(entry.stored_at)),
+            **_stored_answer(entry),
         }
+
+
+def _stored_answer(entry: Entry) -> dict[str, Any]:
+    """An embedding entry's body is its float32 vector (proxy/http/embeddings.py): its size,
+    not its values, is what an operator looks at; any other entry's is its completion."""
+    if entry.route is Route.EMBEDDINGS:
+        return {"embedding_dimensions": len(entry.body) // 4}
+    return {"completion": entry.completion(entry.entry_id, int(entry.stored_at))}
 
 
 def _signal(value: Any) -> str | float:
