@@ -31,7 +31,7 @@ from core.tracing import StageTracer
 from normalize.keys.request import Route
 from proxy.edge.report import EdgeReport
 from proxy.edge.worker_link import WorkerLink
-from proxy.http.body import read_body
+from proxy.http.body import StreamedBody, read_body
 from proxy.http.finished_requests import RequestLedger
 from proxy.http.hit_writer import HitWriter, describe_lookup
 from proxy.http.request_context import CONTEXT, RequestContext
@@ -115,13 +115,22 @@ class EdgeRelay:
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]
-        body = await read_body(request, self._max_body_bytes)
+        # A read's body is read whole; any other streams on to the worker (an upload of
+        # hundreds of MB passes through in bounded memory), within the same limit.
+        streamed = (
+            None
+            if request.method in ("GET", "HEAD", "OPTIONS")
+            else StreamedBody(request, self._max_body_bytes)
+        )
+        body = streamed if streamed is not None else await read_body(request, self._max_body_bytes)
         if request.path.startswith(_READS_REPORTS):
             self._ledger.drain()
             await self._report.flush()
         try:
             return await self._link.forward(request, ctx, body)
         except WorkerUnavailable:
+            if streamed is not None and streamed.too_large:
+                raise streamed.refusal() from None  # the body broke the relay, not the worker
             if request.path != "/readyz":
                 raise
             # Readiness keeps its own shape: starting, not an error object.

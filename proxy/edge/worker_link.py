@@ -13,6 +13,8 @@ after it, see the client's request as the client sent it.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable
+
 import aiohttp
 from aiohttp import web
 
@@ -55,14 +57,17 @@ class WorkerLink:
         return self._session
 
     async def forward(
-        self, request: web.Request, ctx: RequestContext, body: bytes
+        self, request: web.Request, ctx: RequestContext, body: bytes | AsyncIterable[bytes]
     ) -> web.StreamResponse:
-        """`request` (whose body, already read, is `body`) answered by the worker."""
+        """`request` answered by the worker; its body is `body`, read already, or streamed on
+        as the worker takes it (Content-Length, when the client declared one, goes with it)."""
         # Credentials arrive as the front read them: the worker derives the same tenant.
         headers = spelled_alike(
             (k, v) for k, v in request.headers.items() if k.lower() not in _NOT_SENT
         )
         headers.append(("X-Request-Id", ctx.request_id))
+        if not isinstance(body, bytes) and request.content_length is not None:
+            headers.append(("Content-Length", str(request.content_length)))
         try:
             reply = await self._open_session().request(
                 request.method,

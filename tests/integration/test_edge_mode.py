@@ -283,3 +283,21 @@ def test_a_paraphrase_is_a_semantic_hit_through_the_front() -> None:
         assert stats["hits"]["semantic"] == {"semantic": 1}
     finally:
         stack.close()
+
+
+def test_embeddings_and_uploads_pass_through_the_front(stack: EdgeStack) -> None:
+    auth = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": "embedder", "input": ["edge one", "edge two"], "encoding_format": "base64"}
+    first = http(stack.front, "POST", "/v1/embeddings", body, headers=auth)
+    body["input"] = ["edge one", "edge two", "edge three"]
+    second = http(stack.front, "POST", "/v1/embeddings", body, headers=auth)
+    assert first.headers["X-Deja-Inputs-Cached"] == "0/2"
+    assert (second.headers["X-Deja-Cache"], second.headers["X-Deja-Inputs-Cached"]) == (
+        "partial",
+        "2/3",
+    )
+    assert second.body["data"][:2] == first.body["data"]
+    # A body streamed on to the worker, and from it to the upstream.
+    upload = os.urandom(8 * 1024 * 1024)
+    sent = http(stack.front, "POST", "/v1/files", headers=auth, data=upload)
+    assert sent.status == 200 and sent.body["bytes"] == len(upload)
