@@ -74,7 +74,9 @@ def create_app(
         access_log_stream if access_log_stream is not None else sys.stderr.buffer,
         span_exporter,
     )
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    # What a handler may read whole (admin and feedback bodies); the routes read their bodies
+    # within their own limits, and pass-through bodies stream (`server.max_passthrough_bytes`).
+    app = web.Application(client_max_size=config.server.max_body_bytes)
     app[PARTS] = parts
     register(app, proxy_resources(parts, edge_worker=edge_worker))
     frame = RequestFrame(app, parts.ledger, parts.telemetry.tracer)
@@ -202,7 +204,7 @@ def create_edge_app(
     )
     relay = EdgeRelay(link, parts.ledger, parts.report, config.server.max_passthrough_bytes)
 
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    app = web.Application(client_max_size=config.server.max_body_bytes)
     register(app, front_resources(parts))
     frame = RequestFrame(app, FrontRecorder(parts.ledger), parts.tracer)
     frame.route("/v1/chat/completions", "chat", completions.chat, methods=["POST"])

@@ -5,8 +5,11 @@ upstream's in either encoding."""
 from __future__ import annotations
 
 import base64
+import io
+import json
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 from openai import AsyncOpenAI, BadRequestError
@@ -208,3 +211,27 @@ async def test_an_invalid_input_is_a_400_naming_it(proxy_factory: ProxyFactory) 
             await client.embeddings.create(model=MODEL, input=[{"text": "x"}])  # type: ignore[list-item]
     assert refused.value.body is not None
     assert refused.value.body["param"] == "input"  # type: ignore[index]
+
+
+async def test_the_access_log_and_metrics_count_the_batch(
+    proxy_factory: ProxyFactory, stub: StubUpstream
+) -> None:
+    log = io.BytesIO()
+    proxy = await proxy_factory(access_log_stream=log, server={"access_log": True})
+    async with client_for(proxy.base_url) as client:
+        await embed(client, TEXTS[:3])
+        await embed(client, TEXTS[:5])
+    async with aiohttp.ClientSession() as session, session.get(proxy.url("/metrics")) as r:
+        metrics = await r.text()  # a scrape drains the ledger
+    records = [json.loads(line) for line in log.getvalue().decode().splitlines()]
+    assert [(r["route"], r["cache"], r["inputs_cached"], r["inputs"]) for r in records] == [
+        ("embeddings", "miss", 0, 3),
+        ("embeddings", "partial", 3, 5),
+    ]
+    assert "sentence number" not in log.getvalue().decode()
+    assert 'deja_requests_total{cache="partial",route="embeddings",status="200"} 1.0' in metrics
+    # Each input is a lookup: 3 hits, 3 + 2 misses.
+    assert "deja_cache_misses_total 5.0" in metrics
+    assert 'deja_cache_hits_total{match="exact",tier="lru_k"} 3.0' in metrics
+    # Each stored input kept its share of its call's prompt tokens (5 words each here).
+    assert "deja_tokens_saved_total 15.0" in metrics
