@@ -6,7 +6,8 @@ moment they arrive until they are written out, so what is stored and served is e
 upstream gave: base64 decoded as is, JSON floats read as the float32 values they print (OpenAI
 prints each float32 in its shortest form; float64 → float32 recovers it exactly). A response
 is written in the encoding the request asks (`float`, the API's default, or `base64`, what the
-OpenAI SDKs ask for), whatever the upstream was asked.
+OpenAI SDKs ask for), whatever the upstream was asked: either way a client reads the same float32
+values.
 """
 
 from __future__ import annotations
@@ -170,5 +171,8 @@ def render_embeddings(
 def _encoded(vector: bytes, encoding: str) -> str | np.ndarray:
     if encoding == "base64":
         return base64.b64encode(vector).decode("ascii")
-    # orjson writes each float32 in its shortest form, as OpenAI does.
-    return np.frombuffer(vector, dtype=_FLOAT32)
+    # Each float32 widened to the float64 it equals exactly, which orjson writes in full
+    # (0.1f as 0.10000000149011612): what a client parses is that float32's value itself,
+    # as the SDKs' base64 decoding gives it (and as vLLM's or any `tolist()` upstream writes
+    # it). float32's shortest form (0.1, OpenAI's) would read back as another float64.
+    return np.frombuffer(vector, dtype=_FLOAT32).astype(np.float64)

@@ -2,7 +2,9 @@
 (model, dimensions, input), in `float` or `base64` encoding as the request asks.
 
 The vectors come from a seeded generator, so no two inputs share one and the same input always
-gets the same; the float encoding prints each float32 in its shortest form, as OpenAI does.
+gets the same; the float encoding writes each float32 as the float64 it equals (`tolist()`, as
+vLLM and most Python servers write them; OpenAI writes float32's shortest form, which reads
+back as the same float32).
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def embeddings_body(body: dict[str, Any]) -> tuple[int, bytes] | None:
     data = []
     for index, item in enumerate(inputs):
         vector = stub_vector(model, item, dimensions)
-        encoded: Any = base64.b64encode(vector.tobytes()).decode() if base64_wanted else vector
+        encoded: Any = (
+            base64.b64encode(vector.tobytes()).decode() if base64_wanted else vector.tolist()
+        )
         data.append({"object": "embedding", "index": index, "embedding": encoded})
     tokens = sum(stub_tokens(item) for item in inputs)
     answer = {
@@ -56,4 +60,4 @@ def embeddings_body(body: dict[str, Any]) -> tuple[int, bytes] | None:
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
-    return 200, orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+    return 200, orjson.dumps(answer)

@@ -96,7 +96,8 @@ def test_vectors_are_written_in_the_encoding_asked() -> None:
     vector = np.array([0.1, 1 / 3, -2.5e-8], dtype=np.float32).tobytes()
     as_float = orjson.loads(render_embeddings([vector], "float", "m", 3, 3))
     as_base64 = orjson.loads(render_embeddings([vector], "base64", "m", 3, 3))
-    assert as_float["data"][0]["embedding"] == [0.1, 0.33333334, -2.5e-8]
+    # Each float32 in full: the float64 it equals.
+    assert as_float["data"][0]["embedding"] == [float(np.float32(x)) for x in (0.1, 1 / 3, -2.5e-8)]
     assert base64.b64decode(as_base64["data"][0]["embedding"]) == vector
     assert as_float["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
     assert np.array_equal(
