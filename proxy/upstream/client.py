@@ -206,16 +206,31 @@ class UpstreamClient:
     async def _send_once(self, request: UpstreamRequest) -> UpstreamResponse:
         url = self._base + request.path + (f"?{request.query}" if request.query else "")
         started = time.monotonic()
+        first_byte_s = self._config.first_byte_timeout_s
+        body = request.body
         try:
-            async with asyncio.timeout(self._config.first_byte_timeout_s):
-                response = await self._transport.send(
-                    request.method, url, request.headers, request.body
-                )
+            # A streamed body (an upload) takes as long as its client takes to send it: the
+            # first-byte timeout starts once it has all gone out.
+            async with asyncio.timeout(
+                None if isinstance(body, AsyncIterable) else first_byte_s
+            ) as deadline:
+                if isinstance(body, AsyncIterable):
+                    body = _deadline_after(body, deadline, first_byte_s)
+                response = await self._transport.send(request.method, url, request.headers, body)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"the upstream sent nothing within {self._config.first_byte_timeout_s:g} s"
             ) from exc
         return UpstreamResponse(response, self._config, started)
+
+
+async def _deadline_after(
+    body: AsyncIterable[bytes], deadline: asyncio.Timeout, seconds: float
+) -> AsyncIterator[bytes]:
+    """`body`, then `deadline` set `seconds` after its last chunk went out."""
+    async for chunk in body:
+        yield chunk
+    deadline.reschedule(asyncio.get_running_loop().time() + seconds)
 
 
 def forward_headers(
