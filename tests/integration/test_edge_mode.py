@@ -15,6 +15,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +302,27 @@ def test_embeddings_and_uploads_pass_through_the_front(stack: EdgeStack) -> None
     upload = os.urandom(8 * 1024 * 1024)
     sent = http(stack.front, "POST", "/v1/files", headers=auth, data=upload)
     assert sent.status == 200 and sent.body["bytes"] == len(upload)
+
+
+def test_a_streamed_upload_past_the_limit_gets_413_from_the_front() -> None:
+    limit = 1024 * 1024
+    s = EdgeStack({"DEJA_SERVER__MAX_PASSTHROUGH_BYTES": str(limit)})
+    try:
+        connection = HTTPConnection("127.0.0.1", s.front.port, timeout=30)
+        try:
+            chunks = (b"x" * 65536 for _ in range(64))  # 4 MiB, no Content-Length
+            connection.request(
+                "POST",
+                "/v1/files",
+                body=chunks,
+                headers={"Authorization": f"Bearer {KEY}"},
+                encode_chunked=True,
+            )
+            reply = connection.getresponse()
+            error = json.loads(reply.read())["error"]
+        finally:
+            connection.close()
+        assert reply.status == 413
+        assert str(limit) in error["message"]
+    finally:
+        s.close()
