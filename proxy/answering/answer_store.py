@@ -116,9 +116,9 @@ class AnswerStore:
 
     async def store_embedding(self, answer: EmbeddingAnswer) -> NotStoredReason | None:
         """Store one input's embedding (exact key only: no analysis, no semantic index, no
-        answer check); None when stored, `too_large` when it does not fit."""
+        answer check); None when stored, `too_large` when it does not fit. Not paced: its
+        client's answer waits for it (proxy/http/embeddings.py)."""
         with self._tracer.span("deja.store", {"deja.entry": answer.entry_id}):
-            await self._turns.step()
             entry = self._entries.embedding(
                 answer.entry_id,
                 answer.request,

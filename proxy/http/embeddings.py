@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -57,6 +58,10 @@ _NOT_RELAYED = frozenset(
 )
 # An upstream error goes back as it came, in its own content type (its body was decompressed).
 _NOT_RELAYED_ERROR = _NOT_RELAYED - {"content-type"}
+# Tier calls of one batch in flight at once: enough to overlap Redis round trips, far below
+# the Redis client's connection pool (100 by default).
+_CONCURRENT_CALLS = 8
+T = TypeVar("T")
 # An embeddings lookup is exact only: nothing loose is ever asked of it.
 _EXACT_ONLY = NoFeatures(SemanticSkip.EXACT_ONLY)
 
@@ -121,8 +126,8 @@ class EmbeddingsHandler:
     ) -> dict[str, bytes]:
         """The vectors the cache holds of the inputs at `positions`, by exact key."""
         max_age_s = parsed.directives.max_age_s
-        outcomes = await asyncio.gather(
-            *(self._service.lookup(parsed.keys[p], _EXACT_ONLY, max_age_s) for p in positions)
+        outcomes = await _bounded(
+            [self._service.lookup(parsed.keys[p], _EXACT_ONLY, max_age_s) for p in positions]
         )
         found: dict[str, bytes] = {}
         for position, outcome in zip(positions, outcomes, strict=True):
@@ -177,15 +182,15 @@ class EmbeddingsHandler:
         """Store the new vectors of the inputs at positions `stored`, each under its key."""
         shares = token_shares(answer.prompt_tokens, [len(parsed.inputs[p]) for p in stored])
         ttl_cap_s = parsed.directives.store_ttl_cap_s
-        refusals = await asyncio.gather(
-            *(
+        refusals = await _bounded(
+            [
                 self._answers.store_embedding(
                     EmbeddingAnswer(
                         _new_entry_id(parsed.keys[p]), parsed.keys[p], vector, tokens, ttl_cap_s
                     )
                 )
                 for p, vector, tokens in zip(stored, answer.vectors, shares, strict=True)
-            )
+            ]
         )
         for refusal in refusals:
             if refusal is not None:
@@ -218,6 +223,19 @@ class EmbeddingsHandler:
         entry = hit.entry
         usd = entry.prompt_tokens * self._prices.get(entry.model, self._default_price) / 1000
         self._recorder.hit(hit.tier, hit.match, entry.prompt_tokens, 0, usd)
+
+
+async def _bounded(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """The calls' results in order, at most `_CONCURRENT_CALLS` running at once: a batch of
+    2,048 inputs must not ask for 2,048 Redis connections (past the client's pool, redis-py
+    fails a call, and Deja would take Redis for down)."""
+    gate = asyncio.Semaphore(_CONCURRENT_CALLS)
+
+    async def one(call: Coroutine[Any, Any, T]) -> T:
+        async with gate:
+            return await call
+
+    return list(await asyncio.gather(*(one(call) for call in calls)))
 
 
 def token_shares(total: int, weights: Sequence[int]) -> list[int]:

@@ -69,3 +69,19 @@ async def test_the_store_ttl_cap_and_an_invalidation_apply(
     async with client_for(proxy.base_url) as client:
         after = await client.embeddings.with_raw_response.create(model=MODEL, input=["b", "c"])
     assert after.headers["X-Deja-Cache"] == "miss"
+
+
+async def test_a_batch_larger_than_the_redis_pool_is_stored_and_found_in_redis(
+    proxy_factory: ProxyFactory, stub: StubUpstream, redis_url: str
+) -> None:
+    # redis-py's pool holds 100 connections: a batch must not ask for one per input at once
+    # (past the pool a call fails, and Deja would take Redis for down).
+    texts = [f"pool test {i}" for i in range(300)]
+    first = await proxy_factory(redis={"url": redis_url})
+    async with client_for(first.base_url) as client:
+        await client.embeddings.create(model=MODEL, input=texts)
+    second = await proxy_factory(redis={"url": redis_url})
+    async with client_for(second.base_url) as client:
+        raw = await client.embeddings.with_raw_response.create(model=MODEL, input=texts)
+    assert raw.headers["X-Deja-Inputs-Cached"] == "300/300"
+    assert len(stub.embedding_calls) == 1

@@ -23,8 +23,8 @@ def stub_vector(model: str, item: str | list[int], dimensions: int | None) -> np
     """The unit-length float32 vector the stub gives `item`. With `dimensions`, the full
     vector's first `dimensions` values, renormalized (as text-embedding-3 shortens)."""
     seed = hashlib.sha256(orjson.dumps([model, item])).digest()
-    full = np.random.default_rng(int.from_bytes(seed[:8], "little")).standard_normal(64)
-    vector = full[: dimensions or DEFAULT_DIMENSIONS]
+    rng = np.random.default_rng(int.from_bytes(seed[:8], "little"))
+    vector = rng.standard_normal(dimensions or DEFAULT_DIMENSIONS)  # a prefix of a longer draw
     return (vector / np.linalg.norm(vector)).astype(np.float32)
 
 
