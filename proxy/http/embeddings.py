@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import orjson
 from aiohttp import web
@@ -62,6 +62,7 @@ _NOT_RELAYED_ERROR = _NOT_RELAYED - {"content-type"}
 # the Redis client's connection pool (100 by default).
 _CONCURRENT_CALLS = 8
 T = TypeVar("T")
+X = TypeVar("X")
 # An embeddings lookup is exact only: nothing loose is ever asked of it.
 _EXACT_ONLY = NoFeatures(SemanticSkip.EXACT_ONLY)
 
@@ -127,7 +128,7 @@ class EmbeddingsHandler:
         """The vectors the cache holds of the inputs at `positions`, by exact key."""
         max_age_s = parsed.directives.max_age_s
         outcomes = await _bounded(
-            [self._service.lookup(parsed.keys[p], _EXACT_ONLY, max_age_s) for p in positions]
+            positions, lambda p: self._service.lookup(parsed.keys[p], _EXACT_ONLY, max_age_s)
         )
         found: dict[str, bytes] = {}
         for position, outcome in zip(positions, outcomes, strict=True):
@@ -182,16 +183,13 @@ class EmbeddingsHandler:
         """Store the new vectors of the inputs at positions `stored`, each under its key."""
         shares = token_shares(answer.prompt_tokens, [len(parsed.inputs[p]) for p in stored])
         ttl_cap_s = parsed.directives.store_ttl_cap_s
-        refusals = await _bounded(
-            [
-                self._answers.store_embedding(
-                    EmbeddingAnswer(
-                        _new_entry_id(parsed.keys[p]), parsed.keys[p], vector, tokens, ttl_cap_s
-                    )
-                )
-                for p, vector, tokens in zip(stored, answer.vectors, shares, strict=True)
-            ]
-        )
+        answers = [
+            EmbeddingAnswer(
+                _new_entry_id(parsed.keys[p]), parsed.keys[p], vector, tokens, ttl_cap_s
+            )
+            for p, vector, tokens in zip(stored, answer.vectors, shares, strict=True)
+        ]
+        refusals = await _bounded(answers, self._answers.store_embedding)
         for refusal in refusals:
             if refusal is not None:
                 self._recorder.not_stored(refusal)
@@ -225,17 +223,18 @@ class EmbeddingsHandler:
         self._recorder.hit(hit.tier, hit.match, entry.prompt_tokens, 0, usd)
 
 
-async def _bounded(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
-    """The calls' results in order, at most `_CONCURRENT_CALLS` running at once: a batch of
-    2,048 inputs must not ask for 2,048 Redis connections (past the client's pool, redis-py
-    fails a call, and Deja would take Redis for down)."""
+async def _bounded(items: Sequence[X], call: Callable[[X], Awaitable[T]]) -> list[T]:
+    """`call` of each item, results in order, at most `_CONCURRENT_CALLS` running at once: a
+    batch of 2,048 inputs must not ask for 2,048 Redis connections (past the client's pool,
+    redis-py fails a call, and Deja would take Redis for down). Each call starts only once it
+    has its turn, so a cancelled batch leaves no coroutine unawaited."""
     gate = asyncio.Semaphore(_CONCURRENT_CALLS)
 
-    async def one(call: Coroutine[Any, Any, T]) -> T:
+    async def one(item: X) -> T:
         async with gate:
-            return await call
+            return await call(item)
 
-    return list(await asyncio.gather(*(one(call) for call in calls)))
+    return list(await asyncio.gather(*(one(item) for item in items)))
 
 
 def token_shares(total: int, weights: Sequence[int]) -> list[int]:
