@@ -117,11 +117,8 @@ class EdgeRelay:
         ctx = request[CONTEXT]
         # A read's body is read whole; any other streams on to the worker (an upload of
         # hundreds of MB passes through in bounded memory), within the same limit.
-        streamed = (
-            None
-            if request.method in ("GET", "HEAD", "OPTIONS")
-            else StreamedBody(request, self._max_body_bytes)
-        )
+        streams = request.method not in ("GET", "HEAD", "OPTIONS") and request.body_exists
+        streamed = StreamedBody(request, self._max_body_bytes) if streams else None
         body = streamed if streamed is not None else await read_body(request, self._max_body_bytes)
         if request.path.startswith(_READS_REPORTS):
             self._ledger.drain()

@@ -74,7 +74,10 @@ class OpenAIRoutes:
         # A read's body (rarely any) is read whole, so it can be resent; any other body streams
         # through as the upstream takes it, never whole in memory (a file upload).
         safe = request.method in ("GET", "HEAD", "OPTIONS")
-        streamed = None if safe else StreamedBody(request, self._max_passthrough_bytes)
+        # A request without a body (a DELETE, a cancel) is sent without one, not as an empty
+        # chunked stream.
+        streams = not safe and request.body_exists
+        streamed = StreamedBody(request, self._max_passthrough_bytes) if streams else None
         body: RequestBody = (
             streamed
             if streamed is not None

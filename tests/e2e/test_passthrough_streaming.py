@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
+import httpx
 import psutil
 import pytest
 from openai import AsyncOpenAI
@@ -138,3 +139,19 @@ async def test_a_body_within_the_limit_passes_through_whole(
         assert reply.status == 200
         assert (await reply.json())["bytes"] == 3 * MIB
     assert stub.uploaded_bytes == [3 * MIB]
+
+
+async def test_a_declared_length_goes_on_and_a_bodyless_request_stays_bodyless(
+    proxy_factory: ProxyFactory, stub: StubUpstream
+) -> None:
+    proxy = await proxy_factory()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(proxy.url("/v1/echo/upload"), data=b"x" * 1000) as reply:
+            assert (await reply.json())["body"] == "x" * 1000
+    # As the SDKs send a DELETE: no body, no Content-Length.
+    async with httpx.AsyncClient() as client:
+        deleted = await client.delete(proxy.url("/v1/echo/files/file-1"))
+    assert deleted.json()["method"] == "DELETE"
+    upload, delete = stub.headers_seen
+    assert upload["Content-Length"] == "1000" and "Transfer-Encoding" not in upload
+    assert "Transfer-Encoding" not in delete and delete.get("Content-Length", "0") == "0"

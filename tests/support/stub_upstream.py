@@ -171,6 +171,7 @@ class StubUpstream:
         if request[_FAILING]:
             return self._failure()
         self.calls.append({"_route": "echo", "method": request.method, "path": request.path})
+        self.headers_seen.append(dict(request.headers))
         return web.json_response(
             {
                 "method": request.method,
