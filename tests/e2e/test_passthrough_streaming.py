@@ -145,9 +145,11 @@ async def test_a_declared_length_goes_on_and_a_bodyless_request_stays_bodyless(
     proxy_factory: ProxyFactory, stub: StubUpstream
 ) -> None:
     proxy = await proxy_factory()
-    async with aiohttp.ClientSession() as session:
-        async with session.post(proxy.url("/v1/echo/upload"), data=b"x" * 1000) as reply:
-            assert (await reply.json())["body"] == "x" * 1000
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(proxy.url("/v1/echo/upload"), data=b"x" * 1000) as reply,
+    ):
+        assert (await reply.json())["body"] == "x" * 1000
     # As the SDKs send a DELETE: no body, no Content-Length.
     async with httpx.AsyncClient() as client:
         deleted = await client.delete(proxy.url("/v1/echo/files/file-1"))
