@@ -25,11 +25,14 @@ class ServerConfig:
     port: int = setting(8080, "port the proxy listens on", ge=1, le=65535)
     # Bodies are refused before they are parsed, so a huge body costs no parsing time.
     max_body_bytes: int = setting(
-        4 * 1024 * 1024, "completion request bodies above this get 413", ge=1024
+        4 * 1024 * 1024, "completion and embeddings request bodies above this get 413", ge=1024
     )
+    # Enforced while the body streams through (it is never held whole): uploads of files,
+    # audio and batch inputs run to hundreds of MB.
     max_passthrough_bytes: int = setting(
-        64 * 1024 * 1024,
-        "bodies of pass-through requests (/v1/files, ...) may be this large",
+        1024 * 1024 * 1024,
+        "bodies of pass-through requests (/v1/files, audio, ...) may be this large; streamed"
+        " through, 413 once past it",
         ge=1,
     )
     # It protects hashing and spaCy time.

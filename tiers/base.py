@@ -47,7 +47,8 @@ class Entry:
     partition: str
     exact_key: str
     lemma_key: str | None
-    # The completion as compact JSON without "id" and "created" (fresh ones go on every hit).
+    # The completion as compact JSON without "id" and "created" (fresh ones go on every hit);
+    # for Route.EMBEDDINGS, the input's vector as little-endian float32 bytes.
     body: bytes
     stored_at: float  # wall-clock seconds
     ttl_s: float

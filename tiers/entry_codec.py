@@ -1,7 +1,8 @@
 """Entry ⇄ the fields of its Redis hash (format version 1).
 
     m  meta: JSON of every scalar field, with "v": the format version
-    b  body: one marker byte (b"j" raw JSON, b"z" zlib) + the completion JSON
+    b  body: one marker byte (b"j" raw, b"z" zlib) + the completion JSON (an embedding's:
+       its float32 bytes, raw)
     a  analysis: the lemma analysis wire string (absent when none)
     v  vector: float32 bytes of the prompt embedding (absent when none)
     w  answer vector: float32 bytes of the answer's embedding (absent when none)
@@ -73,7 +74,10 @@ def decode_body(raw: bytes) -> bytes:
 
 
 def encode_fields(entry: Entry, compress_min_bytes: int) -> dict[str, bytes]:
-    fields = {META: encode_meta(entry), BODY: encode_body(entry.body, compress_min_bytes)}
+    # An embedding's body is float32 values, which zlib shrinks by ~7% (1,536 dimensions:
+    # 6,144 → 5,741 bytes) for ~0.15 ms of CPU each: kept raw.
+    body = _RAW + entry.body if entry.route is Route.EMBEDDINGS else None
+    fields = {META: encode_meta(entry), BODY: body or encode_body(entry.body, compress_min_bytes)}
     if entry.analysis is not None:
         fields[ANALYSIS] = entry.analysis.encode()
     if entry.vector is not None:

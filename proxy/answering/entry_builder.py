@@ -98,6 +98,39 @@ class EntryBuilder:
             vector=vector.astype("float32").tobytes() if vector is not None else None,
         )
 
+    def embedding(
+        self,
+        entry_id: str,
+        request: CacheRequest,
+        vector: bytes,
+        prompt_tokens: int,
+        ttl_cap_s: float | None,
+    ) -> Entry | None:
+        """The entry of one input's embedding (`vector`, float32 bytes, is its body), or None
+        when it is larger than `cache.max_entry_bytes`. A model gives the same input the same
+        vector: its TTL is the one a certain answer gets, capped by `X-Deja-Store-TTL`."""
+        if len(vector) > self._cache.max_entry_bytes:
+            return None
+        certain = AnswerCertainty()
+        return Entry(
+            entry_id=entry_id,
+            route=request.route,
+            tenant=request.tenant,
+            namespace=request.namespace,
+            model=request.model,
+            partition=request.partition,
+            exact_key=request.exact_key,
+            lemma_key=None,
+            body=vector,
+            stored_at=self._clock.time(),
+            ttl_s=self._ttl.ttl_s(certain.confidence, certain.certainty, (), ttl_cap_s),
+            grace_s=self._degrade.stale_grace_s,
+            confidence=certain.confidence,
+            certainty=certain.certainty,
+            threshold=self._thresholds.neutral_floor,
+            prompt_tokens=prompt_tokens,
+        )
+
     async def answer_vector(self, entry: Entry, completion: dict[str, Any]) -> bytes | None:
         """The answer's embedding for a semantic entry (the tier compares neighbours' answers
         with it), or None: not a semantic entry, the check turned off, nothing to embed."""

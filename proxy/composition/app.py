@@ -43,6 +43,7 @@ from proxy.edge.worker_process import WorkerProcess
 from proxy.http.admin_routes import AdminRoutes, AdminViews
 from proxy.http.completions import CompletionHandler
 from proxy.http.dashboard_routes import DashboardRoutes
+from proxy.http.embeddings import EmbeddingsHandler
 from proxy.http.frame import RequestFrame
 from proxy.http.health_routes import HealthRoutes
 from proxy.http.hit_writer import HitWriter
@@ -85,7 +86,9 @@ def create_app(
         span_exporter,
     )
     guards = [shared_secret_guard(shared_secret)] if shared_secret else []
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes, middlewares=guards)
+    # What a handler may read whole (admin and feedback bodies); the routes read their bodies
+    # within their own limits, and pass-through bodies stream (`server.max_passthrough_bytes`).
+    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=guards)
     app[PARTS] = parts
     register(app, proxy_resources(parts, edge_worker=edge_worker and not shared_secret))
     frame = RequestFrame(app, parts.ledger, parts.telemetry.tracer)
@@ -101,6 +104,7 @@ def create_app(
     )
     OpenAIRoutes(
         _completions(parts, reader),
+        _embeddings(parts),
         parts.upstream.client,
         requests.auth,
         config.server.max_passthrough_bytes,
@@ -143,6 +147,21 @@ def _completions(parts: ProxyParts, reader: RequestReader) -> CompletionHandler:
         upstream_turns=upstream.upstream_turns,
         hits=HitWriter(config.pricing, parts.served, clock, store.recorder),
         misses=parts.misses,
+        tracer=parts.telemetry.tracer,
+    )
+
+
+def _embeddings(parts: ProxyParts) -> EmbeddingsHandler:
+    config, requests = parts.config, parts.requests
+    return EmbeddingsHandler(
+        server=config.server,
+        pricing=config.pricing,
+        auth=requests.auth,
+        rule=requests.credential_rule,
+        service=parts.store.service,
+        gate=parts.upstream.gate,
+        answers=parts.answers,
+        recorder=parts.store.recorder,
         tracer=parts.telemetry.tracer,
     )
 
@@ -212,7 +231,7 @@ def create_edge_app(
         parts.tracer,
     )
 
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    app = web.Application(client_max_size=config.server.max_body_bytes)
     register(app, front_resources(parts))
     frame = RequestFrame(app, FrontRecorder(parts.ledger), parts.tracer)
     frame.route("/v1/chat/completions", "chat", completions.chat, methods=["POST"])

@@ -27,13 +27,13 @@ from collections.abc import Awaitable
 from aiohttp import web
 
 from core.config import CacheConfig
-from core.errors import WorkerUnreachable
+from core.errors import WorkerUnavailable, WorkerUnreachable
 from core.tracing import StageTracer
 from normalize.keys.request import Route
 from proxy.edge.report import EdgeReport
 from proxy.edge.without_worker import WithoutWorker
 from proxy.edge.worker_link import WorkerLink
-from proxy.http.body import read_body
+from proxy.http.body import StreamedBody, read_body
 from proxy.http.finished_requests import RequestLedger
 from proxy.http.hit_writer import HitWriter, describe_lookup
 from proxy.http.request_context import CONTEXT, RequestContext
@@ -130,14 +130,26 @@ class EdgeRelay:
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]
-        body = await read_body(request, self._max_body_bytes)
+        # A read's body is read whole; any other streams on to the worker (an upload of
+        # hundreds of MB passes through in bounded memory), within the same limit.
+        streams = request.method not in ("GET", "HEAD", "OPTIONS") and request.body_exists
+        streamed = StreamedBody(request, self._max_body_bytes) if streams else None
+        body = streamed if streamed is not None else await read_body(request, self._max_body_bytes)
         if request.path.startswith(_READS_REPORTS):
             self._ledger.drain()
             await self._report.flush()
         try:
             reply = await self._link.forward(request, ctx, body, self._tracer.outgoing_headers())
         except WorkerUnreachable as exc:
+            if streamed is not None and streamed.too_large:
+                raise streamed.refusal() from None  # the body broke the relay, not the worker
             if request.path == "/readyz":
                 return self._without.readiness(f"unreachable: {exc.message}")
+            if streamed is not None and streamed.bytes_read:
+                raise  # part of the body went to a worker that refused it: it cannot go again
             return await self._without.forward(request, ctx, body, exc)
+        except WorkerUnavailable:
+            if streamed is not None and streamed.too_large:
+                raise streamed.refusal() from None  # the body broke the relay, not the worker
+            raise
         return self._without.readiness(reply) if request.path == "/readyz" else reply

@@ -183,8 +183,10 @@ class EdgeReportReceiver:
         self._served = served
 
     async def handle(self, request: web.Request) -> web.Response:
+        # Read whole past the app's client_max_size (`server.max_body_bytes`): a report comes
+        # from the front alone, over its private socket, and a backlog of them may be large.
         try:
-            applied = self.apply(orjson.loads(await request.read()))
+            applied = self.apply(orjson.loads(await request.content.read()))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             _log.error("malformed edge report: %r", exc)
             return web.json_response({"error": "malformed edge report"}, status=400)

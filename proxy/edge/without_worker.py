@@ -22,7 +22,7 @@ from core.errors import WorkerUnavailable
 from proxy.http.client_auth import ClientAuth
 from proxy.http.openai_routes import send_upstream
 from proxy.http.request_context import CacheOutcome, RequestContext
-from proxy.upstream.client import UpstreamClient
+from proxy.upstream.client import RequestBody, UpstreamClient
 
 # X-Deja-Degraded on answers that went to the upstream because no worker was reachable.
 WORKER_UNREACHABLE = "worker-unreachable"
@@ -30,7 +30,7 @@ WORKER_UNREACHABLE = "worker-unreachable"
 
 class WithoutWorker(Protocol):
     async def forward(
-        self, request: web.Request, ctx: RequestContext, body: bytes, why: WorkerUnavailable
+        self, request: web.Request, ctx: RequestContext, body: RequestBody, why: WorkerUnavailable
     ) -> web.StreamResponse: ...
 
     def readiness(self, worker: web.StreamResponse | str) -> web.StreamResponse:
@@ -42,7 +42,7 @@ class NoWorkerFallback:
     """The front's own worker process: it is the only one, so its absence is an error."""
 
     async def forward(
-        self, request: web.Request, ctx: RequestContext, body: bytes, why: WorkerUnavailable
+        self, request: web.Request, ctx: RequestContext, body: RequestBody, why: WorkerUnavailable
     ) -> web.StreamResponse:
         raise why
 
@@ -61,7 +61,7 @@ class DirectUpstream:
         self._auth = auth
 
     async def forward(
-        self, request: web.Request, ctx: RequestContext, body: bytes, why: WorkerUnavailable
+        self, request: web.Request, ctx: RequestContext, body: RequestBody, why: WorkerUnavailable
     ) -> web.StreamResponse:
         if not request.path.startswith("/v1/"):
             raise why  # the workers' own routes: admin, metrics

@@ -24,7 +24,7 @@ answer without one.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -203,10 +203,16 @@ class WorkerLink:
         return self._session
 
     async def forward(
-        self, request: web.Request, ctx: RequestContext, body: bytes, trace: Mapping[str, str]
+        self,
+        request: web.Request,
+        ctx: RequestContext,
+        body: bytes | AsyncIterable[bytes],
+        trace: Mapping[str, str],
     ) -> web.StreamResponse:
-        """`request` (whose body, already read, is `body`) answered by the worker; `trace`: the
-        front's trace context headers (StageTracer.outgoing_headers, {} when not tracing)."""
+        """`request` answered by the worker; its body is `body`, read already, or streamed on
+        as the worker takes it (Content-Length, when the client declared one, goes with it);
+        `trace`: the front's trace context headers (StageTracer.outgoing_headers, {} when not
+        tracing)."""
         # Credentials arrive as the front read them: the worker derives the same tenant.
         not_sent = _NOT_SENT | TRACE_HEADERS if trace else _NOT_SENT
         headers = spelled_alike(
@@ -214,6 +220,8 @@ class WorkerLink:
         )
         headers.append(("X-Request-Id", ctx.request_id))
         headers += trace.items()
+        if not isinstance(body, bytes) and request.content_length is not None:
+            headers.append(("Content-Length", str(request.content_length)))
         data = body if body or request.method not in ("GET", "HEAD") else None
         reply = await self._send(request.method, request.path_qs, headers, data)
         ctx.relayed = True  # the worker answered it, and counts it; the front does not
@@ -253,9 +261,15 @@ class WorkerLink:
             raise WorkerUnavailable(f"the worker refused {path}: HTTP {reply.status}")
 
     async def _send(
-        self, method: str, path_qs: str, headers: list[tuple[str, str]], data: bytes | None
+        self,
+        method: str,
+        path_qs: str,
+        headers: list[tuple[str, str]],
+        data: bytes | AsyncIterable[bytes] | None,
     ) -> aiohttp.ClientResponse:
-        """The reply's status and headers from the first worker that answers."""
+        """The reply's status and headers from the first worker that answers. A streamed body
+        goes to the next worker only if the last one was never connected to (it was not read);
+        one a worker refused after reading it cannot be sent again."""
         session = self._open_session()
         hops = self.route.hops()
         if not hops:
@@ -282,6 +296,8 @@ class WorkerLink:
                 reply.release()
                 why = "it refused this front's edge.shared_secret: the secrets differ"
                 self.route.failed(hop, why)
+                if not isinstance(data, (bytes, type(None))):
+                    break  # the body went with the refused request
                 continue
             self.route.succeeded(hop)
             return reply

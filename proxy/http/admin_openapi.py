@@ -93,7 +93,7 @@ def admin_openapi() -> dict[str, Any]:
             },
             "/entries/{entry_id}": {
                 "get": {
-                    "summary": "An entry's metadata and stored completion",
+                    "summary": "An entry's metadata and stored completion (an embedding's: its dimensions)",
                     "parameters": [entry_id],
                     "responses": {
                         "200": _response("The entry", {"type": "object"}),

@@ -301,11 +301,19 @@ class AdminRoutes:
             "lemma_key": entry.lemma_key is not None,
             "semantic": entry.vector is not None or entry.analysis is not None,
             **_prompt(entry),
-            # A Responses API answer is stored whole, its own id included.
-            "completion": orjson.loads(entry.body)
-            if entry.route is Route.RESPONSES
-            else entry.completion(entry.entry_id, int(entry.stored_at)),
+            **_stored_answer(entry),
         }
+
+
+def _stored_answer(entry: Entry) -> dict[str, Any]:
+    """An embedding entry's body is its float32 vector (proxy/http/embeddings.py): its size,
+    not its values, is what an operator looks at; a Responses API answer is stored whole, its
+    own id included; any other entry's is its completion."""
+    if entry.route is Route.EMBEDDINGS:
+        return {"embedding_dimensions": len(entry.body) // 4}
+    if entry.route is Route.RESPONSES:
+        return {"completion": orjson.loads(entry.body)}
+    return {"completion": entry.completion(entry.entry_id, int(entry.stored_at))}
 
 
 def _limit(raw: str) -> int:
@@ -331,17 +339,31 @@ def _summary(
         "feedback_sum": round(sum(entry.feedback), 6),
         # The similarity a semantic match to it needs.
         "threshold": effective_threshold(entry.threshold),
-        "answer": _answer_start(entry.body),
+        "answer": _answer_start(entry),
         **_prompt(entry),
     }
 
 
-def _answer_start(body: bytes) -> str:
-    """The first choice's text, cut to PREVIEW_CHARS ("" for a tool call or no choices)."""
-    choices = orjson.loads(body).get("choices") or [{}]
-    first = choices[0] if isinstance(choices[0], dict) else {}
-    message = first.get("message")
-    text = message.get("content") if isinstance(message, dict) else first.get("text")
+def _answer_start(entry: Entry) -> str:
+    """The answer's text, cut to PREVIEW_CHARS ("" for a tool call or no text; an embedding's
+    dimensions, as its vector is no text)."""
+    if entry.route is Route.EMBEDDINGS:
+        return f"[embedding, {len(entry.body) // 4} dimensions]"
+    answer = orjson.loads(entry.body)
+    text: object = None
+    if entry.route is Route.RESPONSES:
+        text = "".join(
+            part.get("text", "")
+            for item in answer.get("output") or []
+            if isinstance(item, dict) and item.get("type") == "message"
+            for part in item.get("content") or []
+            if isinstance(part, dict) and part.get("type") == "output_text"
+        )
+    else:
+        choices = answer.get("choices") or [{}]
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        message = first.get("message")
+        text = message.get("content") if isinstance(message, dict) else first.get("text")
     text = " ".join(text.split()) if isinstance(text, str) else ""
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
