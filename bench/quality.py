@@ -350,11 +350,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"embedding modes to measure, comma-separated: {', '.join(MODES)}",
     )
     parser.add_argument(
-        "--mpnet-threshold",
+        "--anchor",
         type=float,
         default=None,
-        help="mpnet's cosine that counts as semantic.threshold (default: its calibrated one;"
-        " semantic.threshold itself reads mpnet's raw cosines, for calibrating)",
+        help="the cosine of the mode's other model (mpnet, e5-small) that counts as"
+        " semantic.threshold (default: its calibrated one; semantic.threshold itself reads"
+        " its raw cosines, for calibrating)",
     )
     parser.add_argument("--band", type=float, default=None, help="two-stage: semantic.rescore_band")
     parser.add_argument("--out", type=Path, default=RESULTS / "quality.json")
@@ -368,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     band = config.rescore_band if args.band is None else args.band
     by_mode: dict[str, dict[str, Any]] = {}
     for mode_name in modes:
-        mode = Mode(mode_name, config.threshold, band, args.mpnet_threshold)
+        mode = Mode(mode_name, config.threshold, band, args.anchor)
         print(f"#### mode {mode_name}", flush=True)
         results = run_mode(Bench(config, mode), args)
         by_mode[mode_name] = results
@@ -391,7 +392,7 @@ def run_mode(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     gpt = GptCacheScorer(mode.models[0].dim)
     results: dict[str, Any] = {
         "config": asdict(bench.config),
-        "mode": {"name": mode.name, "band": mode.band, "mpnet_threshold": mode.mpnet_anchor},
+        "mode": {"name": mode.name, "band": mode.band, "anchor": mode.anchor},
         "pairs": {},
         "workloads": {},
     }

