@@ -3,6 +3,9 @@ shipped threshold (semantic.threshold on the reference scale), per set, with wha
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -84,3 +87,20 @@ def _latency(by_mode: dict[str, dict[str, Any]]) -> list[str]:
         ratio = f"{ms / minilm:.2f}×" if minilm else "–"
         lines.append(f"| {label} | {ms:.1f} | {ratio} |")
     return lines
+
+
+def main(argv: list[str]) -> int:
+    """Rebuild the side-by-side table from per-mode results (bench/results/quality-MODE.json),
+    e.g. after one mode was measured again."""
+    by_mode = {}
+    for path in map(Path, argv):
+        results = json.loads(path.read_text())
+        by_mode[results["mode"]["name"]] = results
+    side = render_side_by_side(by_mode)
+    print(side)
+    Path(argv[0]).with_name("quality-models.md").write_text(side)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

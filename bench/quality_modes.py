@@ -101,9 +101,6 @@ class Mode:
 
 
 def neighbours_at(nb: Neighbours, grid: Scores, threshold: float) -> Neighbours:
-    """The neighbours with each candidate's similarity as judged at `threshold` (rank order
-    kept: the tier walks the first stage's order)."""
-    if grid.second is None:
-        return nb
-    flat = Scores(grid.first.ravel(), grid.second.ravel(), grid.band).at(threshold)
-    return Neighbours(nb.index, flat.reshape(nb.cosine.shape))
+    """The neighbours with each candidate's similarity as judged at `threshold`, on the
+    reference scale (rank order kept: the tier walks the first stage's order)."""
+    return Neighbours(nb.index, grid.at(threshold).reshape(nb.cosine.shape))
