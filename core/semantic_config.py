@@ -46,6 +46,15 @@ class SemanticConfig:
         "two-stage: a second model (mpnet, or a folder) that re-scores the candidates within"
         " rescore_band under their threshold; empty = one stage",
     )
+    # Re-scoring can only add hits (every band candidate was a miss), so it needs a threshold
+    # of its own, stricter than the model's alone, to keep the wrong-hit rate where it was.
+    rescore_threshold: float = setting(
+        0.0,
+        "two-stage: the second model's cosine that counts as `threshold` when it re-scores;"
+        " 0 = the value calibrated for two-stage (docs/semantic-models.md)",
+        ge=0,
+        lt=1,
+    )
     rescore_band: float = setting(
         0.05,
         "two-stage: how far under its threshold (reference scale) a candidate is re-scored",

@@ -2,8 +2,9 @@
 FAISS and Redis, through a real proxy.
 
 MiniLM finds the candidates; one just under the threshold is judged by mpnet (mapped onto the
-reference scale through its calibrated threshold, docs/semantic-models.md). The pairs come from
-bench/data/everyday-en.jsonl, where the two models' cosines were measured (bench.quality):
+reference scale through `semantic.rescore_threshold`, set here to 0.87, so mpnet's 0.87 counts
+as 0.85). The pairs come from bench/data/everyday-en.jsonl, where the two models' cosines were
+measured (bench.quality):
 
     MiniLM  mpnet
     0.848   0.905  How do I make my phone battery last longer? | ...extend my phone's battery?
@@ -42,6 +43,9 @@ def _mpnet_installed() -> bool:
 pytestmark = [
     pytest.mark.models,
     pytest.mark.redis,
+    # Four model processes (spaCy, MiniLM, mpnet) load before the proxy is ready: minutes on a
+    # busy 2-core machine, past the suite's default 300 s.
+    pytest.mark.timeout(900),
     pytest.mark.skipif(
         not _mpnet_installed(), reason="the mpnet extra is not installed (make mpnet)"
     ),
@@ -63,6 +67,9 @@ def stack() -> Iterator[Stack]:
             env={
                 "DEJA_SEMANTIC__ENABLED": "true",
                 "DEJA_SEMANTIC__RESCORE_MODEL": "mpnet",
+                # mpnet's one-stage threshold rather than the stricter shipped two-stage one,
+                # so that the measured pairs below sit where the test needs them.
+                "DEJA_SEMANTIC__RESCORE_THRESHOLD": "0.87",
                 # One MiniLM process besides mpnet's: four model processes are enough here.
                 "DEJA_SEMANTIC__EMBEDDING_WORKERS": "1",
                 # The lemma key would answer some paraphrases before the similarity search.

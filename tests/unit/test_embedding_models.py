@@ -88,7 +88,16 @@ def test_two_stage_maps_the_second_model_of_its_own() -> None:
     config = SemanticConfig(rescore_model="mpnet")
     assert config.two_stage
     anchors = scale_anchors(config)
-    assert (anchors["en"], anchors[RESCORE_SCALE]) == (config.threshold, MPNET.threshold)
+    # Re-scoring only adds hits, so its threshold is stricter than mpnet's alone.
+    assert MPNET.rescore_threshold > MPNET.threshold
+    assert (anchors["en"], anchors[RESCORE_SCALE]) == (config.threshold, MPNET.rescore_threshold)
+    tuned = replace(config, rescore_threshold=0.87)
+    assert scale_anchors(tuned)[RESCORE_SCALE] == 0.87
+
+
+def test_a_folder_as_second_model_is_read_as_it_is(tmp_path: Path) -> None:
+    config = SemanticConfig(rescore_model=str(tmp_path))
+    assert scale_anchors(config)[RESCORE_SCALE] == config.threshold
 
 
 def test_a_second_model_equal_to_the_first_is_refused() -> None:
