@@ -107,4 +107,6 @@ class Mode:
 def neighbours_at(nb: Neighbours, grid: Scores, threshold: float) -> Neighbours:
     """The neighbours with each candidate's similarity as judged at `threshold`, on the
     reference scale (rank order kept: the tier walks the first stage's order)."""
-    return Neighbours(nb.index, grid.at(threshold).reshape(nb.cosine.shape))
+    shape = nb.cosine.shape
+    first = None if grid.second is None else grid.first.reshape(shape)
+    return Neighbours(nb.index, grid.at(threshold).reshape(shape), first)
