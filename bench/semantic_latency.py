@@ -5,6 +5,9 @@ Three measurements, each a ratio against a baseline taken in the same run:
 1. The whole semantic path of one prompt (lemma analysis ∥ embedding, then a FAISS search of a
    populated partition with the meaning guards) at concurrency 1, p50, against a bare
    `SentenceTransformer.encode()` of the same text.            target: ≤ 1.5×
+   Per embedding mode with `--model minilm,mpnet,two-stage` (docs/semantic-models.md); in
+   two-stage mode the reference is MiniLM's encode() plus mpnet's for the prompts whose search
+   reached the rescore band.
 2. Semantic lookups per second at concurrency 32 against concurrency 1 (micro-batching of the
    embeddings).                                                 target: ≥ 2.5×
 3. Through a real proxy process: exact-key hit p99 while 32 concurrent semantic lookups run,
@@ -14,6 +17,7 @@ Three measurements, each a ratio against a baseline taken in the same run:
    front process, the rest in a worker process at idle priority).            target: ≤ 2×
 
     python -m bench.semantic_latency [--prompts 400] [--index 2000] [--rounds 5] [--duration-s 6]
+    python -m bench.semantic_latency --model minilm,mpnet,two-stage --in-process-only
 Prompts come from Banking77 (../shared/data), which the cache has not seen.
 """
 
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 
 from bench.harness import (
     PYTHON,
@@ -44,6 +49,7 @@ from bench.harness import (
 )
 from core.clock import SystemClock
 from core.cpu_priority import become_idle_priority
+from core.embedding_models import scale_anchors
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.keys.fingerprint import fingerprint
@@ -55,6 +61,8 @@ from tests.support.processes import ServerProcess
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.stub_process import stub_argv
 from tiers.base import Entry
+from tiers.policies.rescoring import RescoreBand
+from tiers.policies.similarity_scale import SimilarityScale
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.tier import SemanticTier
 
@@ -69,20 +77,42 @@ def load_prompts(n: int | None, skip: int = 0) -> list[str]:
     return unique[skip : None if n is None else skip + n]
 
 
+def mode_config(mode: str) -> SemanticConfig:
+    """The semantic configuration of an embedding mode (docs/semantic-models.md)."""
+    return {
+        "minilm": SemanticConfig(),
+        "mpnet": SemanticConfig(model="mpnet"),
+        "two-stage": SemanticConfig(rescore_model="mpnet"),
+    }[mode]
+
+
 async def in_process(
-    prompts: list[str], index_prompts: list[str], max_steal: float = 0.005, retries: int = 4
+    prompts: list[str],
+    index_prompts: list[str],
+    max_steal: float = 0.005,
+    retries: int = 4,
+    mode: str = "minilm",
 ) -> dict[str, Any]:
-    config = SemanticConfig()
+    config = mode_config(mode)
     features = SemanticFeatureSource(config)
     await features.start()
-    thresholds = ThresholdController(VerifyConfig(), config.threshold)
-    tier = SemanticTier(config, MeaningGuard(config), thresholds, SystemClock(), CacheRecorder())
+    scale = SimilarityScale(config.threshold, scale_anchors(config))
+    thresholds = ThresholdController(VerifyConfig(), config.threshold, scale)
+    rescoring = RescoreBand(config.rescore_band, scale) if config.two_stage else None
+    tier = SemanticTier(
+        config, MeaningGuard(config), thresholds, SystemClock(), CacheRecorder(), rescoring
+    )
     tier.set_dimension(features.dims["en"])
+    if features.rescore_dim:
+        tier.set_rescore_dimension(features.rescore_dim)
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     partition = fingerprint(Route.CHAT, body, "bench", "").partition
     # A populated partition to search: other Banking77 prompts, analysed and embedded.
-    analysed = await asyncio.gather(*(features.process.analyze(text) for text in index_prompts))
-    for i, (parsed, vector) in enumerate(analysed):
+    analysed = await asyncio.gather(
+        *(features.process.analyze(text, "en") for text in index_prompts)
+    )
+    second = await asyncio.gather(*(features.process.rescore(text) for text in index_prompts))
+    for i, ((parsed, vector), rescore) in enumerate(zip(analysed, second, strict=True)):
         await tier.add(
             Entry(
                 entry_id=f"{partition[:16]}-{i:08x}",
@@ -99,24 +129,48 @@ async def in_process(
                 grace_s=0,
                 analysis=parsed.wire,
                 vector=vector.astype("float32").tobytes(),
+                rescore_vector=None if rescore is None else rescore.astype("float32").tobytes(),
             )
         )
     # The baseline: a bare SentenceTransformer.encode() of the same text, on purpose not the
-    # runtime's own call; the model loaded as Deja's workers load it (torch_threads = 1).
+    # runtime's own call; the model loaded as Deja's workers load it (torch_threads = 1). In
+    # two-stage mode: MiniLM's, plus mpnet's for the prompts whose search reached the band.
     model = load_sentence_encoder(config).model
+    second_model = (
+        load_sentence_encoder(config, config.rescore_model).model if config.two_stage else None
+    )
+    reached: list[bool] = []
 
-    async def semantic_path(text: str) -> float:
+    async def semantic_path(text: str, note: bool = False) -> float:
+        asked = False
+
+        async def rescore() -> np.ndarray | None:
+            nonlocal asked
+            asked = True
+            return await features.process.rescore(text)
+
         started = time.perf_counter()
-        parsed, vector = await features.process.analyze(text)
-        await tier.search(partition, vector, features.prompt_analysis(partition, parsed).analysis)
-        return time.perf_counter() - started
+        parsed, vector = await features.process.analyze(text, "en")
+        analysis = features.prompt_analysis(partition, parsed).analysis
+        await tier.search(partition, vector, analysis, rescore=rescore)
+        took = time.perf_counter() - started
+        if note:
+            reached.append(asked)
+        return took
 
     bare = []
     for text in prompts:
         started = time.perf_counter()
         model.encode(text, normalize_embeddings=True)
         bare.append(time.perf_counter() - started)
-    path = [await semantic_path(text) for text in prompts]
+    path = [await semantic_path(text, note=True) for text in prompts]
+    reference = list(bare)
+    if second_model is not None:
+        for i, text in enumerate(prompts):
+            if reached[i]:
+                started = time.perf_counter()
+                second_model.encode(text, normalize_embeddings=True)
+                reference[i] += time.perf_counter() - started
     discarded: list[tuple[int, float, float]] = []
 
     async def rate(concurrency: int) -> tuple[float, float]:
@@ -143,9 +197,12 @@ async def in_process(
     await features.close()
     await tier.close()
     return {
-        "encode_p50_ms": statistics.median(bare) * 1000,
+        "mode": mode,
+        "encode_p50_ms": statistics.median(reference) * 1000,
+        "first_encode_p50_ms": statistics.median(bare) * 1000,
+        "rescored_share": sum(reached) / len(reached) if reached else 0.0,
         "semantic_path_p50_ms": statistics.median(path) * 1000,
-        "path_over_encode": statistics.median(path) / statistics.median(bare),
+        "path_over_encode": statistics.median(path) / statistics.median(reference),
         "lookups_per_s_c1": serial_rate,
         "lookups_per_s_c32": concurrent_rate,
         "c32_over_c1": concurrent_rate / serial_rate,
@@ -406,10 +463,30 @@ def main() -> None:
         "measured again",
     )
     parser.add_argument("--retries", type=int, default=4, help="how many times, at most")
+    parser.add_argument(
+        "--model",
+        default="minilm",
+        help="embedding modes of part 1, comma-separated: minilm, mpnet, two-stage (parts 2"
+        " and 3 run the first one's proxy defaults)",
+    )
+    parser.add_argument(
+        "--in-process-only", action="store_true", help="part 1 only (no proxy, no wrk)"
+    )
     args = parser.parse_args()
     prompts = load_prompts(args.prompts)
     index = load_prompts(args.index, skip=args.prompts)
-    part1 = asyncio.run(in_process(prompts, index, args.max_steal_pct / 100, args.retries))
+    modes = [m for m in args.model.split(",") if m]
+    by_mode = {
+        mode: asyncio.run(in_process(prompts, index, args.max_steal_pct / 100, args.retries, mode))
+        for mode in modes
+    }
+    if len(modes) > 1 or args.in_process_only:
+        print_modes(by_mode)
+        path = write_json("semantic_latency_models", {"in_process": by_mode})
+        print(f"\nwrote {path}")
+        if args.in_process_only:
+            return
+    part1 = by_mode[modes[0]]
     # The semantic load gets every Banking77 prompt neither part has used.
     unseen = load_prompts(None, skip=args.prompts + args.index)
     part2 = asyncio.run(
@@ -477,6 +554,35 @@ def main() -> None:
         {"in_process": part1, "through_proxy": part2, "through_proxy_edge": part3},
     )
     print(f"\nwrote {path}")
+
+
+def print_modes(by_mode: dict[str, dict[str, Any]]) -> None:
+    """Part 1 per embedding mode, side by side; each ratio against its own mode's reference
+    (two-stage: MiniLM's encode plus mpnet's for the prompts that reached the band)."""
+    minilm = by_mode.get("minilm", {}).get("encode_p50_ms")
+    rows = [
+        [
+            mode,
+            f"{p['semantic_path_p50_ms']:.1f} / {p['encode_p50_ms']:.1f} ms",
+            p["path_over_encode"],
+            f"{p['rescored_share']:.0%}" if mode == "two-stage" else "–",
+            f"{p['encode_p50_ms'] / minilm:.2f}×" if minilm else "–",
+            f"{p['lookups_per_s_c32']:.0f} / {p['lookups_per_s_c1']:.0f}",
+        ]
+        for mode, p in by_mode.items()
+    ]
+    print_table(
+        "Semantic path per embedding mode (this machine, one run)",
+        [
+            "mode",
+            "path p50 / reference encode p50",
+            "ratio",
+            "reached the band",
+            "reference / MiniLM's",
+            "lookups/s c=32 / c=1",
+        ],
+        rows,
+    )
 
 
 def steal_note(part: dict[str, Any]) -> str:

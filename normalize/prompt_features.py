@@ -57,6 +57,11 @@ class PromptFeatures(Protocol):
         eligible). A lemma-key hit's answer check uses it, so that no hit waits for one."""
         ...
 
+    async def rescore_vector(self) -> np.ndarray | None:
+        """Two-stage mode: the prompt's embedding by the second model, computed once, when
+        first asked (None: one-stage mode, or not eligible)."""
+        ...
+
     def semantic_allowed(self) -> bool:
         """Whether loose matches (lemma key, semantic) may answer this prompt at all."""
         ...
@@ -87,6 +92,9 @@ class NoFeatures:
         return None
 
     def vector_if_ready(self) -> np.ndarray | None:
+        return None
+
+    async def rescore_vector(self) -> np.ndarray | None:
         return None
 
     def semantic_allowed(self) -> bool:

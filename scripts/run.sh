@@ -4,6 +4,7 @@
 #
 #   DEJA_UPSTREAM_URL=https://api.openai.com/v1 make run   # another upstream: no model server
 #   DEJA_PORT=8080 DEJA_MODEL_PORT=8081 DEJA_REDIS_PORT=6390 (defaults shown)
+#   SEMANTIC_MODEL=mpnet|two-stage|e5-small|minilm   # the embedding model (make installs mpnet)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -11,6 +12,11 @@ PORT=${DEJA_PORT:-8080}
 MODEL_PORT=${DEJA_MODEL_PORT:-8081}
 REDIS_PORT=${DEJA_REDIS_PORT:-6390}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+case "${SEMANTIC_MODEL:-}" in
+  "") ;;  # config/deja.yaml's (or DEJA_SEMANTIC__MODEL's)
+  two-stage) export DEJA_SEMANTIC__MODEL=minilm DEJA_SEMANTIC__RESCORE_MODEL=mpnet ;;
+  *) export DEJA_SEMANTIC__MODEL="$SEMANTIC_MODEL" ;;
+esac
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done

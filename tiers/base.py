@@ -74,6 +74,10 @@ class Entry:
     analysis: str | None = None
     # The prompt's embedding, float32 bytes; only the Redis and semantic tiers keep it.
     vector: bytes | None = None
+    # Two-stage (`semantic.rescore_model`): the prompt's embedding by the second model, float32
+    # bytes, which re-scores the entry when a query's first-stage similarity is just under its
+    # threshold. None in one-stage mode.
+    rescore_vector: bytes | None = None
     # The answer's embedding, float32 bytes (proxy/answering/answer_agreement.py): the semantic
     # tier refuses a hit when a neighbour almost as close was answered differently. Attached
     # after the store.
@@ -117,7 +121,11 @@ class Entry:
     def size_bytes(self) -> int:
         # What an in-process copy costs, roughly: the body, the analysis and the vectors (about
         # 1.5 KB each with MiniLM), plus fixed overhead for the rest.
-        vectors = len(self.vector or b"") + len(self.answer_vector or b"")
+        vectors = (
+            len(self.vector or b"")
+            + len(self.rescore_vector or b"")
+            + len(self.answer_vector or b"")
+        )
         return len(self.body) + len(self.analysis or "") + len(self.prompt or "") + vectors + 512
 
     def completion(self, response_id: str, created: int) -> dict[str, Any]:

@@ -6,6 +6,8 @@
     a  analysis: the lemma analysis wire string (absent when none)
     v  vector: float32 bytes of the prompt embedding (absent when none)
     w  answer vector: float32 bytes of the answer's embedding (absent when none)
+    r  rescore vector: float32 bytes of the prompt's embedding by the second model of the
+       two-stage mode (absent in one-stage mode)
 
 A record of another version, or one that cannot be parsed, raises CorruptEntry; callers treat
 it as absent, so a rolling upgrade never serves a misread answer.
@@ -22,7 +24,7 @@ from core.errors import CorruptEntry
 from normalize.keys.request import Route
 from tiers.base import ENTRY_FORMAT_VERSION, Entry
 
-META, BODY, ANALYSIS, VECTOR, ANSWER_VECTOR = "m", "b", "a", "v", "w"
+META, BODY, ANALYSIS, VECTOR, ANSWER_VECTOR, RESCORE_VECTOR = "m", "b", "a", "v", "w", "r"
 _RAW, _ZLIB = b"j", b"z"
 
 
@@ -84,6 +86,8 @@ def encode_fields(entry: Entry, compress_min_bytes: int) -> dict[str, bytes]:
         fields[VECTOR] = entry.vector
     if entry.answer_vector is not None:
         fields[ANSWER_VECTOR] = entry.answer_vector
+    if entry.rescore_vector is not None:
+        fields[RESCORE_VECTOR] = entry.rescore_vector
     return fields
 
 
@@ -129,6 +133,7 @@ def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:
             analysis=analysis.decode() if analysis is not None else None,
             vector=get.get(VECTOR),
             answer_vector=get.get(ANSWER_VECTOR),
+            rescore_vector=get.get(RESCORE_VECTOR),
         )
     except (KeyError, TypeError, ValueError, AssertionError) as exc:
         raise CorruptEntry(f"entry meta is incomplete or malformed: {exc!r}") from exc

@@ -160,4 +160,4 @@ def _without_vectors(entry: Entry) -> Entry:
     the semantic tier keeps its own, Redis the stored ones."""
     if entry.vector is None and entry.answer_vector is None:
         return entry
-    return replace(entry, vector=None, answer_vector=None)
+    return replace(entry, vector=None, rescore_vector=None, answer_vector=None)

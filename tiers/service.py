@@ -210,7 +210,12 @@ class CacheService:
         if vector is None or analysis is None:
             return None
         candidates = await self._semantic.search(
-            request.partition, vector, analysis.analysis, pacer=pacer, notes=notes
+            request.partition,
+            vector,
+            analysis.analysis,
+            pacer=pacer,
+            notes=notes,
+            rescore=features.rescore_vector,
         )
         for candidate in candidates:
             entry = await self.get_entry(candidate.entry_id)

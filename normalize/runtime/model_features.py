@@ -41,6 +41,11 @@ class SemanticFeatureSource:
         return self._process
 
     @property
+    def rescore_dim(self) -> int:
+        """Two-stage mode: the second model's dimension (0: one stage)."""
+        return self._process.rescore_dim
+
+    @property
     def dims(self) -> dict[str, int]:
         """The embedding dimension of each configured language's model."""
         return self._process.dims
@@ -86,6 +91,7 @@ class _LazyFeatures:
         self._partition = partition
         self._text = text
         self._work: asyncio.Task[tuple[ParsedPrompt, np.ndarray] | None] | None = None
+        self._rescore: asyncio.Task[np.ndarray | None] | None = None
         self._allowed: bool | None = None
         self._skip: SemanticSkip | None = None
         self._language = ""
@@ -123,6 +129,22 @@ class _LazyFeatures:
             return None
         both = work.result()
         return None if both is None else both[1]
+
+    async def rescore_vector(self) -> np.ndarray | None:
+        if not self.semantic_allowed() or self._language != "en":
+            return None  # the second model is English
+        if self._rescore is None:
+            self._rescore = asyncio.get_running_loop().create_task(self._compute_rescore())
+        # Shielded: a lookup asks first, the store of the same prompt reuses it.
+        return await asyncio.shield(self._rescore)
+
+    async def _compute_rescore(self) -> np.ndarray | None:
+        try:
+            return await self._source.process.rescore(self._text)
+        except FeatureWorkerUnavailable as exc:
+            # The first stage still decides: a candidate in the band is then a miss.
+            _log.debug("no second-stage vector for this prompt: %s", exc)
+            return None
 
     async def _both(self) -> tuple[ParsedPrompt, np.ndarray] | None:
         if not self.semantic_allowed():

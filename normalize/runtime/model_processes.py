@@ -48,6 +48,7 @@ from normalize.meaning.signature import Analysis
 from normalize.runtime.model_worker import (
     ANALYZE,
     EMBED_KIND,
+    EMBED_RESCORE,
     WorkerHello,
     run_worker,
     worker_environment,
@@ -341,10 +342,25 @@ class FeatureProcess:
             )
             for i, language in enumerate(config.languages or ("en",))
         }
+        # Two-stage: one process of the second English model (it sees a fraction of lookups).
+        self._rescorer = WorkerPool(EMBED_RESCORE, config, 1) if config.two_stage else None
+
+    @property
+    def _pools(self) -> list[WorkerPool]:
+        rescorer = [self._rescorer] if self._rescorer is not None else []
+        return [self._analyzer, *self._embedders.values(), *rescorer]
+
+    @property
+    def rescore_dim(self) -> int:
+        """The second English model's dimension; 0 in one-stage mode."""
+        if self._rescorer is None:
+            return 0
+        assert self._rescorer.hello is not None, "the rescore worker has not started"
+        return self._rescorer.hello.dim
 
     @property
     def ready(self) -> bool:
-        return self._analyzer.ready and all(pool.ready for pool in self._embedders.values())
+        return all(pool.ready for pool in self._pools)
 
     @property
     def dims(self) -> dict[str, int]:
@@ -361,17 +377,15 @@ class FeatureProcess:
         named = {"analysis": self._analyzer}
         for language, pool in self._embedders.items():
             named["embedding" if language == "en" else f"embedding_{language}"] = pool
+        if self._rescorer is not None:
+            named["embedding_rescore"] = self._rescorer
         return named
 
     async def start(self) -> None:
-        await asyncio.gather(
-            self._analyzer.start(), *(pool.start() for pool in self._embedders.values())
-        )
+        await asyncio.gather(*(pool.start() for pool in self._pools))
 
     async def close(self) -> None:
-        await asyncio.gather(
-            self._analyzer.close(), *(pool.close() for pool in self._embedders.values())
-        )
+        await asyncio.gather(*(pool.close() for pool in self._pools))
 
     async def analyze(self, text: str, language: str) -> tuple[ParsedPrompt, np.ndarray]:
         """The lemma analysis and the normalized embedding of `text`, computed side by side;
@@ -383,4 +397,11 @@ class FeatureProcess:
 
     async def embed(self, text: str, language: str, background: bool = False) -> np.ndarray:
         vector: np.ndarray = await self._embedders[language].submit(text, background)
+        return vector
+
+    async def rescore(self, text: str, background: bool = False) -> np.ndarray | None:
+        """`text`'s vector by the second English model; None in one-stage mode."""
+        if self._rescorer is None:
+            return None
+        vector: np.ndarray = await self._rescorer.submit(text, background)
         return vector

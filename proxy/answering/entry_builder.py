@@ -74,6 +74,8 @@ class EntryBuilder:
         prompt_tokens, completion_tokens = usage_of(request.route, completion)
         analysis = await features.analysis() if features.semantic_allowed() else None
         vector = await features.vector() if analysis is not None else None
+        # Two-stage mode: the entry keeps the second model's vector too (None otherwise).
+        rescore = await features.rescore_vector() if vector is not None else None
         return Entry(
             entry_id=entry_id,
             route=request.route,
@@ -96,6 +98,7 @@ class EntryBuilder:
             analysis=analysis.wire if analysis else None,
             parsed_analysis=analysis.analysis if analysis else None,
             vector=vector.astype("float32").tobytes() if vector is not None else None,
+            rescore_vector=rescore.astype("float32").tobytes() if rescore is not None else None,
         )
 
     def embedding(

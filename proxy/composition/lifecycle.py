@@ -166,6 +166,8 @@ async def warm_up(store: StoreParts, readiness: Readiness) -> None:
             await store.features.start()
             for language, dim in store.features.dims.items():
                 store.semantic.set_dimension(dim, language)
+            if store.features.rescore_dim:
+                store.semantic.set_rescore_dimension(store.features.rescore_dim)
         if store.replication is not None:
             try:
                 await store.replication.bootstrap()

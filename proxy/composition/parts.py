@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from core.activity_series import ActivitySeries
 from core.clock import Clock
 from core.config import DejaConfig
+from core.embedding_models import scale_anchors
 from core.pacing import LoopTurns
 from core.recorder import CacheRecorder
 from core.tracing import StageTracer
@@ -55,6 +56,7 @@ from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.client import UpstreamClient
 from tiers.base import CacheTier
 from tiers.lru_k import LruKTier
+from tiers.policies.rescoring import RescoreBand
 from tiers.policies.similarity_scale import SimilarityScale
 from tiers.policies.thresholds import HitSwitch, ThresholdController
 from tiers.policies.ttl import TtlPolicy
@@ -204,7 +206,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
     local: list[CacheTier] = [lru] if lru is not None else []
     redis = RedisConnection(config.redis) if config.redis.url else None
     redis_tier = RedisTier(redis, config.redis) if redis is not None else None
-    scale = SimilarityScale(config.semantic.threshold, {"zh": config.semantic.threshold_zh})
+    scale = SimilarityScale(config.semantic.threshold, scale_anchors(config.semantic))
     thresholds = ThresholdController(config.verify, config.semantic.threshold, scale)
     lemma_hits = HitSwitch(config.verify)
     lookup_turns = LoopTurns()
@@ -217,12 +219,16 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
         from tiers.semantic.tier import SemanticTier
 
         features = SemanticFeatureSource(config.semantic)
+        rescoring = (
+            RescoreBand(config.semantic.rescore_band, scale) if config.semantic.two_stage else None
+        )
         semantic = SemanticTier(
             config.semantic,
             MeaningGuard(config.semantic),
             thresholds,
             clock,
             recorder,
+            rescoring,
         )
     replication = None
     if redis is not None and redis_tier is not None:

@@ -145,6 +145,15 @@ def _tiers(store: StoreParts) -> list[Reading]:
                 store.semantic.evictions,
             )
         )
+        # Two-stage mode (semantic.rescore_model): the worker pool's own counters
+        # (deja_model_worker_texts_total{pool="embedding_rescore"}) count the prompts it embedded.
+        r.append(
+            counter(
+                "semantic_rescored",
+                "Semantic candidates judged by the second model (two-stage mode)",
+                store.semantic.rescored,
+            )
+        )
     if store.replication is not None:
         r.append(
             counter(

@@ -122,6 +122,9 @@ class ReadableFeatures:
     async def vector(self) -> np.ndarray | None:
         return QUERY
 
+    async def rescore_vector(self) -> np.ndarray | None:
+        return None  # one-stage mode
+
     def semantic_allowed(self) -> bool:
         return True
 

@@ -117,6 +117,9 @@ class LemmaKeyed:
     def vector_if_ready(self) -> np.ndarray | None:
         return np.asarray([1.0, 0.0], dtype=np.float32)
 
+    async def rescore_vector(self) -> np.ndarray | None:
+        return None  # one-stage mode
+
     def semantic_allowed(self) -> bool:
         return True
 

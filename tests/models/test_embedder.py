@@ -141,8 +141,8 @@ async def test_cancelled_callers_do_not_break_the_batch(workers: WorkerPool) -> 
     assert vector.shape == (384,)
 
 
-def test_model_path_is_configurable(config: SemanticConfig) -> None:
-    encoder = load_sentence_encoder(replace(config, model_path=str(default_model_path())))
+def test_the_model_may_be_a_folder(config: SemanticConfig) -> None:
+    encoder = load_sentence_encoder(replace(config, model=str(default_model_path())))
     vectors = encoder.encode(["Who wrote Hamlet?", "Who is the author of Hamlet?"])
     assert vectors.shape == (2, 384)
     assert float(vectors[0] @ vectors[1]) > 0.9

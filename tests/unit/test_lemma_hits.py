@@ -78,6 +78,9 @@ class LemmaFeatures:
     def vector_if_ready(self) -> np.ndarray | None:
         return VECTOR if self.release.is_set() else None
 
+    async def rescore_vector(self) -> np.ndarray | None:
+        return None  # one-stage mode
+
     def semantic_allowed(self) -> bool:
         return True
 

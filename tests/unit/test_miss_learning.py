@@ -99,6 +99,9 @@ class Prompt:
     def vector_if_ready(self) -> np.ndarray | None:
         return self._vector
 
+    async def rescore_vector(self) -> np.ndarray | None:
+        return None  # one-stage mode
+
     def semantic_allowed(self) -> bool:
         return True
 

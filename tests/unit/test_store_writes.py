@@ -78,6 +78,9 @@ class SemanticFeatures:
     async def vector(self) -> np.ndarray | None:
         return axis(0)
 
+    async def rescore_vector(self) -> np.ndarray | None:
+        return None  # one-stage mode
+
     def semantic_allowed(self) -> bool:
         return True
 

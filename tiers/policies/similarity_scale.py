@@ -1,7 +1,8 @@
 """One scale for the cosines of every language's embedding model.
 
-Each language embeds with a model of its own (English: all-MiniLM-L6-v2; Chinese:
-multilingual-e5-small), and their cosines mean different things: e5's crowd into 0.93–1.0 where
+Each language embeds with a model of its own (English: `semantic.model`, all-MiniLM-L6-v2 by
+default; Chinese: multilingual-e5-small), and two-stage mode's second English model
+(`RESCORE_SCALE`) is one more; their cosines mean different things: e5's crowd into 0.93–1.0 where
 MiniLM's spread over 0.5–1.0. Everything that compares a cosine with a level (the hit threshold,
 an entry's floor and learned threshold, the answer margin, the answers' agreement) is defined
 once, on the reference model's scale (`semantic.threshold`'s). A language's cosine is mapped
@@ -19,6 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+
+from core.embedding_models import RESCORE_SCALE
+
+__all__ = ["RESCORE_SCALE", "SimilarityScale"]
 
 
 class SimilarityScale:

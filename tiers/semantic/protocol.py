@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -11,6 +12,10 @@ from core.pacing import Pacer
 from core.recorder import GuardName
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, NearMiss
+
+# Two-stage mode: the query's vector by the second model, computed when first asked (None: not
+# to be had). The search asks only when a candidate lies in the rescore band.
+RescoreVector = Callable[[], Awaitable[np.ndarray | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +75,13 @@ class SemanticIndex(Protocol):
         threshold_override: float | None = None,
         pacer: Pacer | None = None,
         notes: NearestNotes | None = None,
+        rescore: RescoreVector | None = None,
     ) -> list[SemanticCandidate]:
         """The nearest entry of `partition` that passes its similarity threshold and the meaning
         guards and is fresh (a list of at most one). With `threshold_override` (a relaxed,
         degraded match) that threshold applies instead, and entries within their grace count.
-        With `notes`, what decided the search is written there."""
+        With `notes`, what decided the search is written there. With `rescore` (two-stage
+        mode), candidates in the rescore band are judged by the second model."""
         ...
 
     async def contradicts(
@@ -118,6 +125,7 @@ class NullSemanticIndex:
         threshold_override: float | None = None,
         pacer: Pacer | None = None,
         notes: NearestNotes | None = None,
+        rescore: RescoreVector | None = None,
     ) -> list[SemanticCandidate]:
         return []
 

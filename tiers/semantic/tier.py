@@ -7,6 +7,8 @@ threshold and the entry's own floor, or its learned threshold where lower, see
 tiers/policies/thresholds.py; or the relaxed threshold of a degraded lookup) and the meaning
 guards agree that the two prompts ask the same thing. A query searches only the index of its
 own language: each language embeds with its own model, and its answers are in that language.
+In two-stage mode (`semantic.rescore_model`) a candidate just under its threshold is judged by
+the second model's similarity instead (tiers/policies/rescoring.py).
 
 And only when its answer is not contradicted nearby (`semantic.answer_margin`): if another
 neighbour within that margin of the best similarity also passes the guards but was answered
@@ -40,9 +42,10 @@ from core.semantic_config import SemanticConfig
 from normalize.meaning.guards import GuardVerdict, MeaningGuard
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, PartitionIndex
+from tiers.policies.rescoring import RescoreBand
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.faiss_thread import FaissThread
-from tiers.semantic.protocol import NearestNotes, SemanticCandidate
+from tiers.semantic.protocol import NearestNotes, RescoreVector, SemanticCandidate
 from tiers.semantic.vector_index import VectorIndex, best_of
 
 _log = logging.getLogger("deja.semantic")
@@ -66,6 +69,8 @@ class _Indexed:
     analysis: Analysis
     # The answer's embedding, once attached (None until then, or for tool-call answers).
     answer: np.ndarray | None = None
+    # Two-stage: the prompt's vector by the second model (None: one stage, or not attached).
+    rescore: np.ndarray | None = None
 
 
 class SemanticTier:
@@ -76,8 +81,13 @@ class SemanticTier:
         thresholds: ThresholdController,
         clock: Clock,
         recorder: CacheRecorder,
+        rescoring: RescoreBand | None = None,
     ):
         self._config = config
+        # Two-stage mode (tiers/policies/rescoring.py); None: one stage.
+        self._rescoring = rescoring
+        self._rescore_dim = 0
+        self.rescored = 0
         # Per language (two languages' vectors come from two models): its dimension, set once
         # its model is loaded, and one index per partition.
         self._dims: dict[str, int] = {}
@@ -104,6 +114,10 @@ class SemanticTier:
         assert dim > 0 and not self._entries, "a dimension is set once, before any entry"
         self._dims[language] = dim
 
+    def set_rescore_dimension(self, dim: int) -> None:
+        assert dim > 0 and not self._entries, "a dimension is set once, before any entry"
+        self._rescore_dim = dim
+
     def size(self) -> int:
         return len(self._entries)
 
@@ -121,6 +135,7 @@ class SemanticTier:
         threshold_override: float | None = None,
         pacer: Pacer | None = None,
         notes: NearestNotes | None = None,
+        rescore: RescoreVector | None = None,
     ) -> list[SemanticCandidate]:
         pacer = pacer or Unpaced()
         index = self._indexes.get((partition, query.language))
@@ -137,6 +152,8 @@ class SemanticTier:
                 if threshold_override is not None
                 else self._thresholds.effective(item.threshold, item.learned_threshold)
             )
+            if rescore is not None and not relaxed:
+                similarity = await self._rescored(item, similarity, threshold, rescore)
             if similarity < threshold:
                 if notes is not None:
                     notes.saw(similarity, threshold, None)
@@ -160,6 +177,20 @@ class SemanticTier:
             learned = not relaxed and similarity < self._thresholds.effective(item.threshold)
             return [SemanticCandidate(item.entry_id, similarity, learned)]
         return []
+
+    async def _rescored(
+        self, item: _Indexed, similarity: float, threshold: float, rescore: RescoreVector
+    ) -> float:
+        """Two-stage: the second model's similarity for a candidate in the band under its
+        threshold (tiers/policies/rescoring.py), else the first model's."""
+        band = self._rescoring
+        if band is None or item.rescore is None or not band.wants(similarity, threshold):
+            return similarity
+        query = await rescore()
+        if query is None:
+            return similarity
+        self.rescored += 1
+        return band.similarity(query, item.rescore)
 
     async def _note_near_miss(
         self,
@@ -321,6 +352,7 @@ class SemanticTier:
             entry.model,
             analysis,
             self._answer_of(entry, analysis.language),
+            self._rescore_of(entry),
         )
         self._by_vector[vector_id] = entry.entry_id
         self._recency[entry.entry_id] = None
@@ -343,6 +375,8 @@ class SemanticTier:
             item.hard_expires_at = entry.hard_expires_at
             if item.answer is None:
                 item.answer = self._answer_of(entry, item.analysis.language)
+            if item.rescore is None:
+                item.rescore = self._rescore_of(entry)
 
     def _answer_of(self, entry: Entry, language: str) -> np.ndarray | None:
         if entry.answer_vector is None:
@@ -350,6 +384,12 @@ class SemanticTier:
         answer = np.frombuffer(entry.answer_vector, dtype=np.float32)
         # Another embedding model's vector (a replica configured differently) is not comparable.
         return answer if answer.shape == (self._dims.get(language, 0),) else None
+
+    def _rescore_of(self, entry: Entry) -> np.ndarray | None:
+        if entry.rescore_vector is None or not self._rescore_dim:
+            return None
+        vector = np.frombuffer(entry.rescore_vector, dtype=np.float32)
+        return vector if vector.shape == (self._rescore_dim,) else None
 
     async def remove(self, entry_id: str) -> bool:
         item = self._entries.pop(entry_id, None)
