@@ -173,12 +173,16 @@ class RedisTier:
                 n += 1
         return n
 
-    async def scan_entries(self, *, with_vectors: bool = True) -> AsyncIterator[Entry]:
-        """Every stored entry, for rebuilding indexes and invalidation (admin-speed, not hot)."""
+    async def scan_entries(
+        self, *, with_vectors: bool = True, tag: str | None = None
+    ) -> AsyncIterator[Entry]:
+        """Every stored entry, or those of the partition with this tag, for loading indexes
+        and invalidation (admin-speed, not hot)."""
         fields = None if with_vectors else [META, BODY, ANALYSIS]
+        match = f"{self._prefix}:{{{tag}}}:e:*" if tag is not None else f"{self._prefix}:*:e:*"
         async with self._conn.guard() as client:
             batch: list[bytes] = []
-            async for key in client.scan_iter(match=f"{self._prefix}:*:e:*", count=1000):
+            async for key in client.scan_iter(match=match, count=1000):
                 batch.append(key)
                 if len(batch) >= 256:
                     for entry in await self._load_many(client, batch, fields):

@@ -52,6 +52,12 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
             g[f"{name}_background_refused"] = worker.background_refused
     if store.replication is not None:
         g["replication_events_applied"] = store.replication.applied
+        g["replication_events_skipped"] = store.replication.skipped
+    if store.partitions is not None:
+        g["semantic_partitions_held"] = len(store.partitions.held())
+        g["semantic_partitions_loading"] = len(store.partitions.loading())
+        g["semantic_partitions_dropped"] = store.partitions.dropped
+        g["semantic_snapshots_written"] = store.partitions.snapshots_written
     estimate = store.thresholds.estimator.estimate()
     g["semantic_threshold"] = store.thresholds.global_threshold
     g["false_hit_rate"] = estimate.rate
@@ -94,11 +100,28 @@ def readiness(parts: ProxyParts) -> tuple[bool, dict[str, Any]]:
             "enabled": parts.config.semantic.enabled,
             "models_loaded": store.features.ready if store.features is not None else False,
             "entries": store.semantic.size() if store.semantic is not None else 0,
+            **_partitions(store),
         },
     }
     if parts.readiness.error is not None:
         report["error"] = parts.readiness.error
     return parts.readiness.ready, report
+
+
+def _partitions(store: StoreParts) -> dict[str, Any]:
+    """The partitions the semantic index holds and those loading, by tag (with Redis)."""
+    loader = store.partitions
+    if loader is None:
+        return {}
+    return {
+        "partitions": {
+            "held": loader.held(),
+            "loading": loader.loading(),
+            "loaded_from_snapshot": loader.loaded_from_snapshot,
+            "loaded_from_redis": loader.loaded_from_redis,
+            "dropped": loader.dropped,
+        }
+    }
 
 
 def models_ready(parts: ProxyParts) -> Callable[[], bool]:
@@ -124,6 +147,9 @@ async def stats(parts: ProxyParts) -> dict[str, Any]:
     estimate = thresholds.estimator.estimate()
     breaker = parts.upstream.breaker.snapshot()
     sizes: dict[str, Any] = {"semantic_entries": store.semantic.size() if store.semantic else 0}
+    if store.partitions is not None:
+        sizes["semantic_partitions_held"] = store.partitions.held()
+        sizes["semantic_partitions_loading"] = store.partitions.loading()
     if store.lru is not None:
         sizes["lru_k_entries"] = await store.lru.count()
         sizes["lru_k_bytes"] = store.lru.bytes_used
