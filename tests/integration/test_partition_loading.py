@@ -27,12 +27,13 @@ from core.clock import SystemClock
 from core.config import RedisConfig
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig, VerifyConfig
-from normalize.keys.request import PARTITION_TAG_CHARS
+from normalize.keys.request import PARTITION_TAG_CHARS, CacheRequest, Route
 from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.signature import Analysis, MeaningSignature
+from normalize.prompt_features import NoFeatures, PromptAnalysis, SemanticSkip
 from tests.support.entries import make_entry
 from tests.support.waiting import wait_until
-from tiers.base import Entry
+from tiers.base import Entry, MatchKind
 from tiers.partition_loader import PartitionLoader
 from tiers.policies.thresholds import ThresholdController
 from tiers.redis_connection import RedisConnection
@@ -48,6 +49,7 @@ from tiers.semantic.indexed import entry_bytes
 from tiers.semantic.snapshot import SnapshotStore
 from tiers.semantic.tier import SemanticTier
 from tiers.semantic.vector_index import VectorIndex
+from tiers.service import CacheService
 
 pytestmark = pytest.mark.redis
 
@@ -207,6 +209,59 @@ async def test_a_partition_loads_when_first_asked_and_hits_once_loaded(
     await a.delete(f"{tag(P1)}-e0")
     await wait_until(lambda: b.semantic.tag_size(tag(P1)) == 3)
     assert await b.hits(P1, 0) == []
+
+
+class Prompt:
+    """A prompt's features as the semantic tier reads them: the analysis, a chosen vector."""
+
+    def __init__(self, vector: np.ndarray) -> None:
+        self._vector = vector
+
+    async def analysis(self) -> PromptAnalysis | None:
+        return PromptAnalysis(ANALYSIS, None, ANALYSIS.to_wire())
+
+    async def vector(self) -> np.ndarray | None:
+        return self._vector
+
+    def vector_if_ready(self) -> np.ndarray | None:
+        return self._vector
+
+    def semantic_allowed(self) -> bool:
+        return True
+
+    def skip_reason(self) -> SemanticSkip | None:
+        return None
+
+
+def request(partition: str, name: str) -> CacheRequest:
+    return CacheRequest(
+        Route.CHAT, "t", "", "m", partition, f"{tag(partition)}{name}", "q", False, False
+    )
+
+
+async def test_a_lookup_starts_the_load_and_is_answered_without_waiting_for_it(
+    replicas: Replicas,
+) -> None:
+    a = await replicas.make()
+    # Enough entries that loading them takes far longer than a lookup.
+    for n in range(2_000):
+        await a.put(entry(P1, f"e{n}", 2 + n % 6))
+    await a.put(entry(P1, "known", 0))
+    b = await replicas.make()
+    service = CacheService(
+        [b.store], SystemClock(), CacheRecorder(), semantic=b.semantic, partitions=b.loader
+    )
+    # An exact hit starts the load too, and is served from Redis meanwhile.
+    exact = await service.lookup(request(P1, "known"), NoFeatures())
+    assert exact.hit is not None and exact.hit.match is MatchKind.EXACT
+    assert b.loader.loading() == [tag(P1)]
+    # A paraphrase while the partition loads: answered at once, without the semantic tier.
+    paraphrase = await service.lookup(request(P1, "paraphrase"), Prompt(axis(0)))
+    assert paraphrase.hit is None and b.loader.loading() == [tag(P1)]
+    await b.loaded(P1)
+    again = await service.lookup(request(P1, "paraphrase"), Prompt(axis(0)))
+    assert again.hit is not None and again.hit.match is MatchKind.SEMANTIC
+    assert again.hit.entry.entry_id == f"{tag(P1)}-known"
 
 
 async def test_stream_events_of_partitions_not_held_are_skipped(replicas: Replicas) -> None:
