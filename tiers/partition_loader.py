@@ -69,6 +69,7 @@ class PartitionLoader:
         self.loaded_from_redis = 0
         self.dropped = 0
         self.snapshots_written = 0
+        self.snapshot_failures = 0
 
     def want(self, partition: str) -> None:
         tag = partition[:PARTITION_TAG_CHARS]
@@ -238,7 +239,13 @@ class PartitionLoader:
             return False
         # The stream id first, then the copy: what changes meanwhile is replayed on load.
         snapshot = Snapshot(tag, stream_id, self._semantic.images(tag))
-        size = await asyncio.to_thread(self._snapshots.write, snapshot)
+        try:
+            size = await asyncio.to_thread(self._snapshots.write, snapshot)
+        except OSError as exc:
+            # A full or read-only disk: serving goes on, a restart then rebuilds from Redis.
+            _log.error("could not snapshot partition %s: %s", tag, exc)
+            self.snapshot_failures += 1
+            return False
         self._saved[tag] = stream_id
         self.snapshots_written += 1
         _log.info("partition %s snapshotted: %d bytes, current to %s", tag, size, stream_id)

@@ -58,6 +58,7 @@ def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> 
         g["semantic_partitions_loading"] = len(store.partitions.loading())
         g["semantic_partitions_dropped"] = store.partitions.dropped
         g["semantic_snapshots_written"] = store.partitions.snapshots_written
+        g["semantic_snapshot_failures"] = store.partitions.snapshot_failures
     estimate = store.thresholds.estimator.estimate()
     g["semantic_threshold"] = store.thresholds.global_threshold
     g["false_hit_rate"] = estimate.rate
