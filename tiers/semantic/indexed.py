@@ -14,10 +14,12 @@ import numpy as np
 
 from normalize.meaning.signature import Analysis
 
-# Python's share of one indexed entry, measured here with tracemalloc over 100,000 entries
-# (the record, its analysis once parsed, and its places in the tier's dictionaries): about
-# 1.3 KB. Rounded up: an estimate for a budget, not an account.
-PYTHON_BYTES_PER_ENTRY = 1_500
+# Python's share of one indexed entry beyond its vectors. Measured here with tracemalloc, 20,000
+# MiniLM-sized entries added and every analysis parsed: 2.07 KB traced per entry, 1.5 KB of it
+# the vector's copy kept for rebuilds, so about 0.5 KB for the record, its parsed analysis and
+# its dictionary slots. Rounded up to 1 KB for what tracemalloc does not see (FAISS's id maps):
+# an estimate for a budget, not an account.
+PYTHON_BYTES_PER_ENTRY = 1_000
 
 
 def entry_bytes(dim: int, hnsw_m: int) -> int:
