@@ -151,7 +151,13 @@ class PartitionLoader:
         assert self._snapshots is not None
         for image in snapshot.images:
             first = self._semantic.reserve_ids(image.vectors())
-            restored = await asyncio.to_thread(self._snapshots.restore, image, first)
+            try:
+                restored = await asyncio.to_thread(self._snapshots.restore, image, first)
+            except (ValueError, IndexError, RuntimeError) as exc:  # inconsistent columns
+                _log.warning("unusable snapshot of %s, deleted (rebuilding): %r", tag, exc)
+                self._snapshots.discard(tag)
+                self._semantic.drop_partition(tag)
+                return False
             await self._semantic.install(restored, self._removed[tag])
         if not await self._replay(tag, snapshot.stream_id):
             _log.info("an invalidation followed the snapshot of %s: rebuilding", tag)

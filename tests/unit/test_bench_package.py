@@ -14,7 +14,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
-BENCHMARKS = ("overhead", "semantic_latency", "quality", "calibration", "faults", "modelserver")
+BENCHMARKS = (
+    "overhead",
+    "semantic_latency",
+    "quality",
+    "calibration",
+    "faults",
+    "modelserver",
+    "restart",
+)
 
 
 def trees(*folders: Path) -> list[tuple[Path, ast.Module]]:
