@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from core.errors import CorruptEntry, SnapshotUnreadable, TierUnavailable
@@ -61,7 +62,7 @@ class PartitionLoader:
         # Per partition loading: the entries deleted since its load began.
         self._removed: dict[str, set[str]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._saved: dict[str, str] = {}  # tag → stream id of its last snapshot
+        self._saved: dict[str, _Saved] = {}  # what this process last wrote, per tag
         # Set once the embedding models are loaded: a load before then could index nothing
         # (the vectors' dimensions are unknown), so it waits.
         self._models = asyncio.Event()
@@ -163,7 +164,8 @@ class PartitionLoader:
             _log.info("an invalidation followed the snapshot of %s: rebuilding", tag)
             self._semantic.drop_partition(tag)
             return False
-        self._saved[tag] = snapshot.stream_id
+        # What it holds now is the snapshot and more (replayed, carried over): written anew.
+        self._saved.pop(tag, None)
         self.loaded_from_snapshot += 1
         size = self._semantic.tag_size(tag)
         _log.info("partition %s loaded from its snapshot: %d entries", tag, size)
@@ -237,24 +239,34 @@ class PartitionLoader:
             _log.info("partition %s dropped (memory budget)", tag)
 
     async def save(self, tag: str) -> bool:
-        """Snapshot one held partition, unless it is too small or unchanged since the last."""
-        stream_id = self._cursor.applied
-        if self._snapshots is None or stream_id is None or self._saved.get(tag) == stream_id:
+        """Snapshot one held partition, unless it is too small or its snapshot is current; a
+        partition unchanged since its snapshot only has the snapshot's stream id moved on."""
+        stream_id, version = self._cursor.applied, self._semantic.version(tag)
+        if self._snapshots is None or stream_id is None:
+            return False
+        last = self._saved.get(tag)
+        if last is not None and (last.version, last.stream_id) == (version, stream_id):
             return False
         if self._semantic.tag_size(tag) < self._config.snapshot_min_entries:
             return False
-        # The stream id first, then the copy: what changes meanwhile is replayed on load.
-        snapshot = Snapshot(tag, stream_id, self._semantic.images(tag))
         try:
-            size = await asyncio.to_thread(self._snapshots.write, snapshot)
+            if last is not None and last.version == version:
+                await asyncio.to_thread(self._snapshots.restamp, tag, last.content, stream_id)
+                self._saved[tag] = _Saved(version, stream_id, last.content)
+                return True
+            # The stream id first, then the copy: what changes meanwhile is replayed on load.
+            snapshot = Snapshot(tag, stream_id, self._semantic.images(tag))
+            written = await asyncio.to_thread(self._snapshots.write, snapshot)
         except OSError as exc:
             # A full or read-only disk: serving goes on, a restart then rebuilds from Redis.
             _log.error("could not snapshot partition %s: %s", tag, exc)
             self.snapshot_failures += 1
             return False
-        self._saved[tag] = stream_id
+        self._saved[tag] = _Saved(version, stream_id, written.content)
         self.snapshots_written += 1
-        _log.info("partition %s snapshotted: %d bytes, current to %s", tag, size, stream_id)
+        _log.info(
+            "partition %s snapshotted: %d bytes, current to %s", tag, written.size_bytes, stream_id
+        )
         return True
 
     async def save_all(self) -> None:
@@ -267,6 +279,16 @@ class PartitionLoader:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.save_all()
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    """A snapshot this process wrote: the partition's version and the stream id it was
+    current to, and its content id."""
+
+    version: int
+    stream_id: str
+    content: str
 
 
 def _stream_id(value: object) -> tuple[int, int]:

@@ -174,6 +174,10 @@ class Replicas:
         self._made.append(replica)
         return await replica.start()
 
+    @property
+    def last(self) -> Replica:
+        return self._made[-1]
+
     async def close(self) -> None:
         for replica in reversed(self._made):
             await replica.close()
@@ -319,7 +323,8 @@ async def test_the_partition_asked_about_last_is_never_the_one_dropped(
 
 
 async def snapshotted(replicas: Replicas, directory: Path, names: int) -> Replica:
-    """A replica (HNSW from the first vector) that loaded P1 from Redis and snapshotted it."""
+    """A replica (HNSW from the first vector) that loaded P1 from Redis and snapshotted it;
+    returns the replica that wrote the entries (the snapshotting one is `replicas.last`)."""
     a = await replicas.make()
     for n in range(names):
         await a.put(entry(P1, f"e{n}", n % DIM))
@@ -381,6 +386,27 @@ async def test_a_snapshot_the_stream_no_longer_covers_is_rebuilt_from_redis(
     await restarted.loaded(P1)
     assert (restarted.loader.loaded_from_snapshot, restarted.loader.loaded_from_redis) == (0, 1)
     assert await restarted.hits(P1, 5) == ["later"] and await restarted.hits(P1, 1) == ["e1"]
+
+
+async def test_an_unchanged_partition_only_moves_its_snapshot_on_in_the_stream(
+    replicas: Replicas, tmp_path: Path, redis_url: str
+) -> None:
+    a = await snapshotted(replicas, tmp_path, names=3)
+    first = replicas.last
+    await a.put(entry(P2, "elsewhere", 1))  # the stream moves on; P1 does not change
+    await wait_until(lambda: first.stream.skipped == 1)
+    assert await first.loader.save(tag(P1))
+    assert first.loader.snapshots_written == 1  # not written again: its stream id moved on
+    assert not await first.loader.save(tag(P1))  # nothing new since
+    # The events before that point trimmed: only the moved-on id is still covered.
+    assert first.stream.cursor.applied is not None
+    with redis.Redis.from_url(redis_url) as client:
+        client.xtrim(stream_key(a.redis_config), minid=first.stream.cursor.applied)
+    restarted = await replicas.make(tmp_path, flat_max_entries=0)
+    restarted.loader.want(P1)
+    await restarted.loaded(P1)
+    assert (restarted.loader.loaded_from_snapshot, restarted.loader.loaded_from_redis) == (1, 0)
+    assert [await restarted.hits(P1, n) for n in range(3)] == [["e0"], ["e1"], ["e2"]]
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "missing"])

@@ -33,6 +33,9 @@ class Holdings:
         # Least recently served first: who goes when the entry cap is passed.
         self.recency: OrderedDict[str, None] = OrderedDict()
         self._by_tag: dict[str, set[str]] = {}
+        # Per partition tag, a count of the changes to what it holds (an entry in or out, or
+        # changed): equal counts, equal contents, so an unchanged snapshot need not be written.
+        self._versions: dict[str, int] = {}
         self._next_id = 1
 
     def reserve_ids(self, count: int) -> int:
@@ -41,8 +44,15 @@ class Holdings:
         self._next_id += count
         return first
 
+    def version(self, tag: str) -> int:
+        return self._versions.get(tag, 0)
+
+    def changed(self, tag: str) -> None:
+        self._versions[tag] = self._versions.get(tag, 0) + 1
+
     def hold(self, item: Indexed) -> None:
         """Register an entry whose vector is in its index already."""
+        self.changed(item.partition[:PARTITION_TAG_CHARS])
         self.entries[item.entry_id] = item
         self.by_vector[item.vector_id] = item.entry_id
         self.recency[item.entry_id] = None
@@ -57,6 +67,7 @@ class Holdings:
         self.recency.pop(entry_id, None)
         self.by_vector.pop(item.vector_id, None)
         tag = item.partition[:PARTITION_TAG_CHARS]
+        self.changed(tag)
         held = self._by_tag[tag]
         held.discard(entry_id)
         if not held:
@@ -75,6 +86,7 @@ class Holdings:
     def drop(self, tag: str) -> int:
         """Forget every vector of a partition at once; returns how many."""
         doomed = self._by_tag.pop(tag, set())
+        self.changed(tag)
         for entry_id in doomed:
             item = self.entries.pop(entry_id)
             self.by_vector.pop(item.vector_id, None)

@@ -4,7 +4,9 @@ to: what lets a restarted replica serve a large partition again without building
 
 One file per partition tag, `{directory}/{tag}.npz` (numpy's zip of arrays, read without
 pickle), written to a temporary name and renamed, so a reader sees a whole snapshot or the one
-before. For each (partition, language) index it holds the serialized FAISS parts
+before. A partition unchanged since its snapshot is not written again: `{tag}.stream` (small,
+renamed into place too) says that the snapshot with a given content id is current to a later
+stream id. For each (partition, language) index it holds the serialized FAISS parts
 (`faiss.serialize_index`) and, per entry, its vector id, thresholds, expiry times, answer vector
 and the wire form of its analysis.
 
@@ -24,9 +26,10 @@ import json
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import faiss
 import numpy as np
@@ -64,6 +67,12 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Written:
+    size_bytes: int
+    content: str  # the snapshot's content id, for `restamp`
+
+
+@dataclass(frozen=True, slots=True)
 class Restored:
     """An image restored with fresh vector ids; `orphans` are vectors without an entry."""
 
@@ -82,8 +91,8 @@ class SnapshotStore:
     def path(self, tag: str) -> Path:
         return self._dir / f"{tag}.npz"
 
-    def write(self, snapshot: Snapshot) -> int:
-        """Write (blocking; in a worker thread); returns the file's size in bytes."""
+    def write(self, snapshot: Snapshot) -> Written:
+        """Write (blocking; in a worker thread)."""
         arrays: dict[str, np.ndarray] = {}
         heads = []
         for n, image in enumerate(snapshot.images):
@@ -92,18 +101,49 @@ class SnapshotStore:
             for k, part in enumerate(parts):
                 arrays[f"i{n}_part{k}"] = part
             heads.append(_columns(image, n, arrays) | {"parts": len(parts)})
-        head = {"version": FORMAT_VERSION, "stream_id": snapshot.stream_id, "images": heads}
+        content = os.urandom(8).hex()
+        head = {
+            "version": FORMAT_VERSION,
+            "content": content,
+            "stream_id": snapshot.stream_id,
+            "images": heads,
+        }
         arrays["head"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
         self._dir.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=self._dir, prefix=f".{snapshot.tag}.", suffix=".npz")
+        self._replace(self.path(snapshot.tag), lambda file: np.savez(file, **arrays))  # type: ignore[arg-type]
+        self._stamp(snapshot.tag).unlink(missing_ok=True)
+        return Written(self.path(snapshot.tag).stat().st_size, content)
+
+    def restamp(self, tag: str, content: str, stream_id: str) -> None:
+        """Note that the snapshot `content` is current to `stream_id` (the partition did not
+        change since it was written)."""
+        stamp = json.dumps({"content": content, "stream_id": stream_id}).encode()
+        self._replace(self._stamp(tag), lambda file: file.write(stamp))
+
+    def _stamp(self, tag: str) -> Path:
+        return self._dir / f"{tag}.stream"
+
+    def _replace(self, path: Path, write: Callable[[BinaryIO], object]) -> None:
+        """`path` written whole under a temporary name, then renamed into place."""
+        self._dir.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=self._dir, prefix=f".{path.name}.")
         try:
             with os.fdopen(fd, "wb") as file:
-                np.savez(file, **arrays)  # type: ignore[arg-type]
-            os.replace(temporary, self.path(snapshot.tag))
+                write(file)
+            os.replace(temporary, path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
-        return self.path(snapshot.tag).stat().st_size
+
+    def _restamped(self, tag: str, content: str, stream_id: str) -> str:
+        """The later stream id the snapshot `content` is current to, if one was noted."""
+        try:
+            stamp = json.loads(self._stamp(tag).read_bytes())
+        except (OSError, ValueError):
+            return stream_id  # none, or unreadable: the snapshot's own id holds anyway
+        if isinstance(stamp, dict) and stamp.get("content") == content:
+            return str(stamp.get("stream_id", stream_id))
+        return stream_id
 
     def read(self, tag: str) -> Snapshot | None:
         """The partition's snapshot (blocking; in a worker thread), None when there is none;
@@ -120,10 +160,12 @@ class SnapshotStore:
                 images = [_image(data, n, h) for n, h in enumerate(head["images"])]
         except (OSError, ValueError, KeyError, TypeError, RuntimeError, zipfile.BadZipFile) as exc:
             raise SnapshotUnreadable(f"{path}: {exc!r}") from exc
-        return Snapshot(tag, str(head["stream_id"]), images)
+        stream_id = self._restamped(tag, str(head.get("content")), str(head["stream_id"]))
+        return Snapshot(tag, stream_id, images)
 
     def discard(self, tag: str) -> None:
         self.path(tag).unlink(missing_ok=True)
+        self._stamp(tag).unlink(missing_ok=True)
 
     def restore(self, image: IndexImage, first_id: int) -> Restored:
         """The image with ids `first_id`, `first_id + 1`, ... in place of the snapshot's

@@ -34,6 +34,7 @@ from core.errors import CorruptEntry
 from core.pacing import Pacer, Unpaced
 from core.recorder import CacheRecorder, GuardName
 from core.semantic_config import SemanticConfig
+from normalize.keys.request import PARTITION_TAG_CHARS
 from normalize.meaning.guards import GuardVerdict, MeaningGuard
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, PartitionIndex
@@ -113,6 +114,10 @@ class SemanticTier:
 
     def reserve_ids(self, count: int) -> int:
         return self._held.reserve_ids(count)
+
+    def version(self, tag: str) -> int:
+        """Changes so far to what the partition with this tag holds (see `Holdings`)."""
+        return self._held.version(tag)
 
     async def install(self, restored: Restored, removed: set[str]) -> None:
         """A partition's index restored from a snapshot (see `Holdings.install`)."""
@@ -357,6 +362,7 @@ class SemanticTier:
     async def update(self, entry: Entry) -> None:
         item = self._held.entries.get(entry.entry_id)
         if item is not None:
+            self._held.changed(entry.entry_id[:PARTITION_TAG_CHARS])
             item.threshold = entry.threshold
             item.learned_threshold = entry.learned_threshold
             item.expires_at = entry.expires_at
