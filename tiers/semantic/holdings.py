@@ -16,7 +16,7 @@ import faiss
 
 from core.clock import Clock
 from normalize.keys.request import PARTITION_TAG_CHARS
-from tiers.base import PartitionIndex
+from tiers.base import Invalidation, PartitionIndex
 from tiers.semantic.indexed import Indexed
 from tiers.semantic.snapshot import IndexImage, Restored
 from tiers.semantic.vector_index import VectorIndex
@@ -79,6 +79,16 @@ class Holdings:
             del self.indexes[key]
             return None
         return key, index
+
+    def matching(self, selector: Invalidation) -> list[str]:
+        """The ids of the entries an invalidation selects."""
+        return [
+            item.entry_id
+            for item in self.entries.values()
+            if (selector.tenant is None or item.tenant == selector.tenant)
+            and (selector.namespace is None or item.namespace == selector.namespace)
+            and (selector.model is None or item.model == selector.model)
+        ]
 
     def tag_size(self, tag: str) -> int:
         return len(self._by_tag.get(tag, ()))

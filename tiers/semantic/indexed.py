@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from normalize.meaning.signature import Analysis
+from tiers.base import Entry
 
 # Python's share of one indexed entry beyond its vectors. Measured here with tracemalloc, 20,000
 # MiniLM-sized entries added and every analysis parsed: 2.07 KB traced per entry, 1.5 KB of it
@@ -47,6 +48,29 @@ class Indexed:
     # The prompt's analysis, parsed (None until a search first needs it), and its wire form.
     parsed: Analysis | None
     wire: str
+
+    @classmethod
+    def of(
+        cls, entry: Entry, vector_id: int, analysis: Analysis, answer: np.ndarray | None
+    ) -> Indexed:
+        """The record of a new entry, its analysis parsed already."""
+        assert entry.analysis is not None, "an indexed entry has an analysis"
+        return cls(
+            entry.entry_id,
+            entry.partition,
+            vector_id,
+            entry.threshold,
+            entry.learned_threshold,
+            entry.expires_at,
+            entry.hard_expires_at,
+            entry.tenant,
+            entry.namespace,
+            entry.model,
+            analysis.language,
+            answer,
+            analysis,
+            entry.analysis,
+        )
 
     @property
     def analysis(self) -> Analysis:

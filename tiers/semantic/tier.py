@@ -15,10 +15,10 @@ reads as one question, and serving either is a coin toss; the lookup misses inst
 on Banking77: "How do I reset my PIN?" and "How can I reset my PIN?", cosine 0.995, belong to
 different intents).
 
-The tier holds vectors and each entry's analysis, threshold and expiry, not the answers: a
-candidate's entry is loaded from the key-value tiers by id. All indexes together hold at most
-`max_entries` vectors; past that the least recently used go (their entries stay servable by
-exact key). Entries past TTL + grace are swept out.
+The tier holds vectors and each entry's analysis, threshold and expiry (tiers/semantic/
+holdings.py), not the answers: a candidate's entry is loaded from the key-value tiers by id. At
+most `max_entries` vectors; past that the least recently used go (still servable by exact key);
+past TTL + grace, swept out. Which partitions are held: tiers/partition_loader.py.
 """
 
 from __future__ import annotations
@@ -96,8 +96,7 @@ class SemanticTier:
         return len(self._held.indexes)
 
     def tag_size(self, tag: str) -> int:
-        """How many entries of the partition with this tag are indexed."""
-        return self._held.tag_size(tag)
+        return self._held.tag_size(tag)  # entries of the partition with this tag
 
     def entry_bytes(self) -> int:
         """The memory one indexed entry costs, estimated (tiers/semantic/indexed.py)."""
@@ -112,12 +111,11 @@ class SemanticTier:
         """The partition's indexes and a copy of their entries' list, to snapshot."""
         return self._held.images(tag, self._dims)
 
-    def reserve_ids(self, count: int) -> int:
+    def reserve_ids(self, count: int) -> int:  # fresh vector ids, for a snapshot's
         return self._held.reserve_ids(count)
 
     def version(self, tag: str) -> int:
-        """Changes so far to what the partition with this tag holds (see `Holdings`)."""
-        return self._held.version(tag)
+        return self._held.version(tag)  # changes to what it holds so far (`Holdings`)
 
     async def install(self, restored: Restored, removed: set[str]) -> None:
         """A partition's index restored from a snapshot (see `Holdings.install`)."""
@@ -324,24 +322,8 @@ class SemanticTier:
             index = self._held.indexes[key] = self._new_index(dim)
         vector_id = self._held.reserve_ids(1)
         index.add(vector_id, vector)
-        self._held.hold(
-            Indexed(
-                entry.entry_id,
-                entry.partition,
-                vector_id,
-                entry.threshold,
-                entry.learned_threshold,
-                entry.expires_at,
-                entry.hard_expires_at,
-                entry.tenant,
-                entry.namespace,
-                entry.model,
-                analysis.language,
-                self._answer_of(entry, analysis.language),
-                analysis,
-                entry.analysis,
-            )
-        )
+        answer = self._answer_of(entry, analysis.language)
+        self._held.hold(Indexed.of(entry, vector_id, analysis, answer))
         await self._evict_past_cap()
         self._maybe_rebuild(key, index)
 
@@ -386,13 +368,7 @@ class SemanticTier:
         return True
 
     async def invalidate(self, selector: Invalidation) -> int:
-        doomed = [
-            item.entry_id
-            for item in self._held.entries.values()
-            if (selector.tenant is None or item.tenant == selector.tenant)
-            and (selector.namespace is None or item.namespace == selector.namespace)
-            and (selector.model is None or item.model == selector.model)
-        ]
+        doomed = self._held.matching(selector)
         for entry_id in doomed:
             await self.remove(entry_id)
         return len(doomed)
