@@ -16,8 +16,8 @@ vectors) is written to a real Redis. Then, each with its own semantic tier and p
 vectors; "all hits" until they are answered as the whole partition answers them (from Redis:
 every one, by the exact flat index; from the snapshot: as the snapshotted graph did, which on
 random vectors, HNSW's hardest case, may miss a few: "graph recall"); "graph" until the
-partition is searched by its HNSW graph. "loop stall" is the longest the event loop went without running a 5 ms ticker
-meanwhile (what an exact-tier lookup would have waited at worst).
+partition is searched by its HNSW graph. "loop stall" is the longest the event loop went
+without running a 5 ms ticker meanwhile (what an exact-tier lookup would have waited at worst).
 
     python -m bench.restart [--entries 100000] [--flat-max 20000] [--json bench-restart.json]
 
