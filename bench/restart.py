@@ -18,6 +18,8 @@ every one, by the exact flat index; from the snapshot: as the snapshotted graph 
 random vectors, HNSW's hardest case, may miss a few: "graph recall"); "graph" until the
 partition is searched by its HNSW graph. "loop stall" is the longest the event loop went
 without running a 5 ms ticker meanwhile (what an exact-tier lookup would have waited at worst).
+"cpu" is the process's CPU time (all threads) until "all hits": on a busy machine wall time
+stretches, CPU time does not.
 
     python -m bench.restart [--entries 100000] [--flat-max 20000] [--json bench-restart.json]
 
@@ -178,10 +180,10 @@ async def timed_load(
     partition answers them (`expected`; None: every one hits), the partition held, its graph;
     and the loop's longest stall meanwhile."""
     ticker = Ticker()
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     replica.loader.want(PARTITION)
     marks: dict[str, float] = {}
-    while len(marks) < 4:
+    while len(marks) < 5:
         now = time.perf_counter() - began
         assert now < limit_s, f"not serving after {limit_s} s: {marks}"
         hit = [await replica.hits(v) for v in samples] if "all_hits_s" not in marks else []
@@ -189,6 +191,9 @@ async def timed_load(
             marks.setdefault("first_hit_s", now)
         if hit and (hit == expected if expected is not None else all(hit)):
             marks["all_hits_s"] = now
+            # CPU seconds of the whole process (every thread) until then: what a busy machine
+            # does not stretch as it stretches wall time.
+            marks["all_hits_cpu_s"] = time.process_time() - cpu_began
         if TAG in replica.loader.held():
             marks.setdefault("held_s", now)
         if replica.is_graph():
@@ -255,6 +260,7 @@ def main() -> None:
     for name, marks in (("from redis", redis), ("from snapshot", snap)):
         print(
             f"{name:<16} {marks['first_hit_s']:>9.2f}s {marks['all_hits_s']:>9.2f}s"
+            f" {marks['all_hits_cpu_s']:>7.2f}s"
             f" {marks['held_s']:>7.2f}s {marks['graph_s']:>7.2f}s {marks['loop_stall_s']:>7.3f}s"
         )
     ratio = snap["graph_s"] / redis["graph_s"]
@@ -263,12 +269,14 @@ def main() -> None:
         f"snapshot: {result['snapshot_bytes'] / 1e6:.0f} MB written in"
         f" {result['snapshot_write_s']:.2f} s; graph recall {result['graph_recall']:.2f}"
     )
-    print(
-        f"1M entries, snapshot path, linear: {snap['all_hits_s']:.2f} s × {scale:.0f}"
-        f" = {snap['all_hits_s'] * scale:.0f} s to all hits (target 60 s)"
-    )
+    for what in ("all_hits_s", "all_hits_cpu_s"):
+        print(
+            f"1M entries, snapshot path, linear: {what} {snap[what]:.2f} s × {scale:.0f}"
+            f" = {snap[what] * scale:.0f} s (target: serving within 60 s)"
+        )
     result["ratio_snapshot_to_redis_graph"] = ratio
     result["extrapolated_1m_all_hits_s"] = snap["all_hits_s"] * scale
+    result["extrapolated_1m_all_hits_cpu_s"] = snap["all_hits_cpu_s"] * scale
     Path(args.json).write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
 
