@@ -8,7 +8,8 @@ only those that started. The order, the same for every app (what an app lacks, i
     worker link           (front)
     upstream client       (proxy)
     Redis
-    semantic index, models (proxy) closed once nothing uses them
+    semantic index, models (proxy) closed once nothing uses them (the partitions held are
+                          snapshotted first, with `semantic.snapshot_dir`)
     edge report           (front) handed to the worker while the link is open...
     access log / ledger   ...after the ledger drained the requests' last records into it
     background tasks      cancelled first: warm-up and replication, sweeper, watchers
