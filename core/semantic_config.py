@@ -95,8 +95,8 @@ class SemanticConfig:
     # to load again when asked. Whichever of this and max_entries binds first applies.
     max_memory_bytes: int = setting(
         4 * 1024**3,
-        "estimated memory of the partitions held; the coldest partitions are dropped past it"
-        " (with Redis: they reload on demand)",
+        "with Redis: estimated memory of the partitions held; past it the coldest are dropped"
+        " (they reload from Redis on demand)",
         ge=1,
     )
     snapshot_dir: str = setting(
