@@ -76,6 +76,8 @@ class RunSpec:
     main: bool  # one of the three runs the report is about
     # semantic.answer_margin; 0 turns the neighbour-answer check off.
     answer_margin: float = SemanticConfig().answer_margin
+    # verify.learn_distance; 0 turns learning from misses off.
+    learn_distance: float = VerifyConfig().learn_distance
 
     def env(self, upstream_url: str) -> dict[str, str]:
         return {
@@ -86,6 +88,7 @@ class RunSpec:
             "DEJA_VERIFY__THRESHOLD_MIN": str(self.threshold_min),
             "DEJA_VERIFY__THRESHOLD_MAX": str(self.threshold_max),
             "DEJA_SEMANTIC__ANSWER_MARGIN": str(self.answer_margin),
+            "DEJA_VERIFY__LEARN_DISTANCE": str(self.learn_distance),
             # Static runs only count: a failed verification does not store its fresh answer.
             "DEJA_VERIFY__STORE_DISAGREEING": str(self.kind != "static").lower(),
             # Nothing may expire or be evicted during the run: entries live as long as the bench.
@@ -118,6 +121,16 @@ def run_specs(extra_static: list[float]) -> list[RunSpec]:
             LOOSE_MIN,
             verify.threshold_max,
             True,
+        ),
+        # The shipped settings without learning from misses: what learned thresholds buy.
+        RunSpec(
+            f"self-calibrating from {shipped:.2f}, no learning from misses",
+            "self-calibrating",
+            shipped,
+            verify.threshold_min,
+            verify.threshold_max,
+            True,
+            learn_distance=0.0,
         ),
         # The same static threshold without the check: what the check itself buys.
         RunSpec(
@@ -155,6 +168,10 @@ class Window:
     estimate: float = 0.0
     interval_95: tuple[float, float] = (0.0, 1.0)
     global_threshold: float = 0.0
+    # Hits served through a learned threshold (learning from misses), cumulative.
+    learned_verified: int = 0
+    learned_wrong: int = 0
+    near_misses_agreed: int = 0
     end_query: int = 0
 
 
@@ -236,6 +253,10 @@ class Replayer:
         window.estimate = false_hits["rate"]
         window.interval_95 = tuple(false_hits["interval_95"])  # type: ignore[assignment]
         window.global_threshold = false_hits["global_threshold"]
+        learned = stats["false_hits_learned"]
+        window.learned_verified = learned["verified"]
+        window.learned_wrong = learned["wrong"]
+        window.near_misses_agreed = learned["near_misses_agreed"]
         window.end_query = end
 
 
@@ -294,6 +315,7 @@ def settings(spec: RunSpec) -> dict[str, Any]:
         "verify.target_false_hit_rate": verify.target_false_hit_rate,
         "verify.answer_agreement": verify.answer_agreement,
         "semantic.answer_margin": spec.answer_margin,
+        "verify.learn_distance": spec.learn_distance,
         "verify.store_disagreeing": spec.kind != "static",
     }
 
@@ -305,7 +327,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     stream = make_stream(workload, args.queries, args.new_share, rng)
     upstream = IntentUpstream(groups, seed=args.seed)
     upstream_url = await upstream.start()
-    runs = [Run(spec) for spec in run_specs(args.static)]
+    specs = run_specs(args.static)
+    if args.runs:
+        specs = [spec for spec in specs if any(part in spec.name for part in args.runs)]
+    runs = [Run(spec) for spec in specs]
     started = time.monotonic()
     try:
         await asyncio.to_thread(start_proxies, runs, upstream_url)
@@ -360,6 +385,9 @@ def main() -> None:
         "--new-share", type=float, default=0.11, help="share of queries that are new prompts"
     )
     parser.add_argument("--static", type=float, nargs="*", help="extra static thresholds")
+    parser.add_argument(
+        "--runs", nargs="*", help="only the runs whose name contains one of these (default all)"
+    )
     parser.add_argument(
         "--name", help="output name (default calibration, quick: calibration-quick)"
     )

@@ -51,6 +51,10 @@ def summarize(windows: list[Any], similarities: list[Any]) -> dict[str, Any]:
         "coverage_checks": len(coverage),
         "coverage_held": sum(coverage),
         "final_threshold": last["global_threshold"],
+        # Learning from misses (absent from runs recorded before it existed).
+        "learned_verified": last.get("learned_verified", 0),
+        "learned_wrong": last.get("learned_wrong", 0),
+        "near_misses_agreed": last.get("near_misses_agreed", 0),
         "late_semantic_hits": late_sem,
         "late_true_false_hit_rate": _rate(sum(w["semantic_wrong"] for w in late), late_sem),
         "late_new_queries": sum(w["new_queries"] for w in late),
@@ -92,6 +96,7 @@ def render_table(result: dict[str, Any]) -> str:
                 f"{s['late_new_hit_rate']:.1%}",
                 f"{s['late_hit_rate']:.1%}",
                 f"{s['final_threshold']:.3f}",
+                f"{s.get('learned_wrong', 0)}/{s.get('learned_verified', 0)}",
             ]
         )
     headers = [
@@ -105,6 +110,7 @@ def render_table(result: dict[str, Any]) -> str:
         "new-prompt hit rate 2nd half",
         "hit rate 2nd half",
         "T end",
+        "learned hits wrong/verified",
     ]
     return print_table(
         "Calibration on Banking77 (whole run; 2nd half = after warm-up)", headers, rows

@@ -161,7 +161,11 @@ async def until_workers_idle(
 ) -> None:
     """Wait until the proxy's feature workers have nothing queued, background work included."""
     deadline = time.monotonic() + timeout_s
-    gauges = ("deja_embedding_queued", "deja_embedding_background_queued", "deja_analysis_queued")
+    gauges = (
+        'deja_model_worker_queued{pool="embedding"}',
+        'deja_model_worker_background_queued{pool="embedding"}',
+        'deja_model_worker_queued{pool="analysis"}',
+    )
     while time.monotonic() < deadline:
         async with session.get(metrics_url) as response:
             text = await response.text()

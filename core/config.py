@@ -281,6 +281,15 @@ class TelemetryConfig:
     )
     otlp_endpoint: str = setting("", "e.g. http://127.0.0.1:4318/v1/traces")
     service_name: str = setting("deja", "service.name of the spans")
+    # Parent-based: a request with a traceparent follows its sampled flag. Of the traces
+    # without one, this share (by trace id) is exported, and every error and degraded answer.
+    sample_ratio: float = setting(
+        1.0,
+        "share of traces without an incoming parent that are exported (errors and degraded"
+        " answers always are)",
+        ge=0,
+        le=1,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ import yaml
 from core.config import DejaConfig, ModelPrice
 from core.config_checks import value_problems
 from core.errors import ConfigError
+from core.otel_environment import otel_layer
 from core.settings import bound_problems
 
 Layer = Mapping[str, Mapping[str, Any]]
@@ -43,11 +44,13 @@ def load_config(
     environ: Mapping[str, str] | None = None,
     overrides: Layer | None = None,
 ) -> DejaConfig:
-    """Defaults < file < environment < overrides (the command line)."""
+    """Defaults < file < OpenTelemetry's `OTEL_*` variables < `DEJA_*` variables < overrides
+    (the command line)."""
     layers: list[Layer] = []
     if path is not None:
         layers.append(read_yaml(Path(path)))
     if environ is not None:
+        layers.append(otel_layer(environ))
         layers.append(env_layer(environ))
     if overrides is not None:
         layers.append(overrides)

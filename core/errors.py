@@ -4,7 +4,8 @@ Foreign exceptions (aiohttp, redis-py, json, torch) are translated into these at
 seam: `proxy/upstream/aiohttp_transport.py` for the model server (its timeouts in
 `proxy/upstream/client.py`), `tiers/redis_tier.py` for Redis,
 `proxy/http/openai_routes.py` for request bodies, `proxy/edge/worker_link.py` for edge mode's
-worker. Expected outcomes (a miss, an expired entry) are return values, never exceptions.
+worker, `proxy/cli/admin_client.py` (its `AdminError`) for the admin API as the CLI sees it.
+Expected outcomes (a miss, an expired entry) are return values, never exceptions.
 
 Every error that can reach a client knows its HTTP status and OpenAI error `type`, so the route
 layer turns any of them into `{"error": {"message", "type", "code", "param"}}` the same way.

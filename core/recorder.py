@@ -20,6 +20,9 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import NewType, TypeVar
 
+from core.clock import Clock, SystemClock
+from core.health_signals import MissSpread
+
 
 class NotStoredReason(StrEnum):
     """Why a finished answer was not stored."""
@@ -114,7 +117,9 @@ class CacheCounts:
 class CacheRecorder:
     """The cache's counters, one method per event. Used from the event loop only."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        # The partitions of recent misses, for the miss-storm signal (core/health_signals.py).
+        self.miss_spread = MissSpread(clock or SystemClock())
         self._hits: Counter[tuple[str, str]] = Counter()
         self._misses = 0
         self._bypasses = 0
@@ -140,9 +145,10 @@ class CacheRecorder:
         self._completion_tokens_saved += completion_tokens
         self._usd_saved += usd
 
-    def miss(self) -> None:
-        """A lookup that found nothing in any tier."""
+    def miss(self, partition: str) -> None:
+        """A lookup that found nothing in any tier, in `partition` (CacheRequest.partition)."""
         self._misses += 1
+        self.miss_spread.miss(partition)
 
     def bypass(self) -> None:
         """A request that skipped the lookup (not cacheable, or asked not to look)."""

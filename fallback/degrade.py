@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from core.clock import Clock
 from core.config import DegradeConfig
 from core.errors import BreakerOpen, DejaError, UpstreamError
 from fallback.breaker import Breaker
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import PromptFeatures
+from proxy.protocol.response_object import fallback_response
 from tiers.base import Lookup
 from tiers.service import CacheService
 
@@ -89,6 +92,8 @@ class Degrader:
 
     def _fallback(self, request: CacheRequest) -> dict[str, Any]:
         text = self._config.fallback_template.replace("{model}", request.model)
+        if request.route is Route.RESPONSES:
+            return fallback_response(request.model, text, 0)
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         if request.route is Route.CHAT:
             choice: dict[str, Any] = {
@@ -113,4 +118,6 @@ class Degrader:
 
 
 def _completion_of(lookup: Lookup) -> dict[str, Any]:
-    return lookup.entry.completion("", 0)
+    # As stored: the handler gives it the identity it is served with.
+    completion: dict[str, Any] = orjson.loads(lookup.entry.body)
+    return completion

@@ -53,7 +53,15 @@ class EngineStatsCollector(Collector):
         blocks.add_metric(["free"], stats.num_free_blocks)
         blocks.add_metric(["cached"], stats.num_cached_blocks)
         yield blocks
-        yield _gauge("kv_blocks_total", "KV blocks in the pool", stats.num_blocks)
+        # Not "kv_blocks_total": `_total` is a counter's suffix (Prometheus naming conventions).
+        yield _gauge(
+            "kv_pool_blocks", "KV blocks in the pool, whatever their state", stats.num_blocks
+        )
+        yield _gauge(
+            "kv_pool_usage_ratio",
+            "KV blocks held by a sequence over the blocks in the pool",
+            stats.num_used_blocks / stats.num_blocks if stats.num_blocks else 0.0,
+        )
         yield _counter(
             "kv_block_evictions", "Cached blocks reused for new tokens", stats.num_evictions
         )

@@ -1,4 +1,4 @@
-"""Deja's proxy: the `deja` command (cli.py) over the composition root (composition/), edge mode
+"""Deja's proxy: the `deja` command (cli/) over the composition root (composition/), edge mode
 (edge/), the HTTP surface (http/), answering (answering/), and beside the tiers the upstream
 client (upstream/) and the OpenAI wire format (protocol/).
 

@@ -9,6 +9,8 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # tests/deploy/ validates docker-compose.yml with it; it validates offline, without a daemon.
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+# promtool checks /metrics scrapes and tests the alert rules (tests/deploy, tests/integration).
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -17,5 +19,9 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq || true
 # No recommends: docker-compose's would pull in docker.io, a whole container runtime.
 $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-# The package's own service is not what the tests use: they start their own on a free port.
-if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+# The packages' own services are not what the tests use: they start their own Redis on a free
+# port, and need only promtool from the prometheus package.
+if command -v systemctl >/dev/null 2>&1; then
+  $sudo systemctl disable --now redis-server >/dev/null 2>&1 || true
+  $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

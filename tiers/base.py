@@ -223,6 +223,11 @@ class CacheTier(Protocol):
         """Delete every entry `selector` matches; returns how many."""
         ...
 
+    async def matching(self, selector: Invalidation) -> list[Entry]:
+        """Every stored entry `selector` matches, without vectors (a full scan, for the admin
+        API's listing: admin speed, not the hot path)."""
+        ...
+
     async def count(self) -> int: ...
 
 

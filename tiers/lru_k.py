@@ -97,6 +97,10 @@ class LruKTier:
             self._remove(entry_id, forget=True)
         return len(doomed)
 
+    async def matching(self, selector: Invalidation) -> list[Entry]:
+        now = self._clock.time()
+        return [e for e in self._entries.values() if selector.matches(e) and not e.is_gone(now)]
+
     async def count(self) -> int:
         return len(self._entries)
 

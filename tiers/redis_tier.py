@@ -78,6 +78,10 @@ class RedisTier:
         self._conn = connection
         self._config = config
         self._prefix = config.key_prefix
+        # Entry bodies written, before and after compression (entry_codec.encode_body): their
+        # ratio is the compression ratio of stored entries, a health signal.
+        self.body_bytes = 0
+        self.stored_body_bytes = 0
         self._scripts: dict[str, Any] = {}  # Lua source → its registered script
 
     @property
@@ -166,6 +170,9 @@ class RedisTier:
             deleted += await self.delete(entry_id)
         return deleted
 
+    async def matching(self, selector: Invalidation) -> list[Entry]:
+        return [e async for e in self.scan_entries(with_vectors=False) if selector.matches(e)]
+
     async def count(self) -> int:
         n = 0
         async with self._conn.guard() as client:
@@ -216,7 +223,10 @@ class RedisTier:
     def _record_args(self, entry: Entry) -> list[Any]:
         """ARGV of the scripts that write a record: expiry ms, entry id, field, value, ..."""
         argv: list[Any] = [int(entry.hard_expires_at * 1000), entry.entry_id]
-        for name, value in encode_fields(entry, self._config.compress_min_bytes).items():
+        fields = encode_fields(entry, self._config.compress_min_bytes)
+        self.body_bytes += len(entry.body)
+        self.stored_body_bytes += len(fields[BODY])
+        for name, value in fields.items():
             argv += [name, value]
         return argv
 

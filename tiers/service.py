@@ -336,6 +336,24 @@ class CacheService:
                 return entry
         return None
 
+    async def matching(self, selector: Invalidation, limit: int) -> tuple[list[Entry], int]:
+        """The newest `limit` entries `selector` matches across the tiers (each once, as the
+        nearest tier holds it, gone entries excluded), and how many match in all."""
+        assert limit >= 0, "a listing's limit is not negative"
+        now = self._clock.time()
+        found: dict[str, Entry] = {}
+        for tier in self._tiers:
+            try:
+                entries = await tier.matching(selector)
+            except TierUnavailable:
+                self._recorder.tier_error(tier.name)
+                continue
+            for entry in entries:
+                if not entry.is_gone(now):
+                    found.setdefault(entry.entry_id, entry)
+        newest = sorted(found.values(), key=lambda e: (-e.stored_at, e.entry_id))
+        return newest[:limit], len(newest)
+
     async def replace(self, entry: Entry) -> bool:
         """Overwrite an entry's record (new TTL, threshold, feedback) wherever it is stored."""
         replaced = False

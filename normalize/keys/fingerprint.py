@@ -12,6 +12,11 @@ partition hash:
 
 When the last user turn is not plain text, or anything follows it (a tool loop), or the route
 is /v1/completions, the whole input goes into the partition and only exact matches count.
+
+/v1/responses is keyed the same way over its `input` (normalize/keys/response_input.py), with
+`instructions`, `previous_response_id`, `conversation` and every other field in the partition.
+`store` is keyed there too, unlike chat: it decides whether the upstream keeps the response, and
+so whether the response's id can be continued from or fetched (README, "Responses API").
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import orjson
 
 from normalize.keys.request import PARTITION_TAG_CHARS, CacheRequest, Route
+from normalize.keys.response_input import split_input
 from normalize.keys.text import canonical_text
 
 # Request fields that never change the answer (the closed list of DESIGN.md). Everything
@@ -31,6 +37,10 @@ from normalize.keys.text import canonical_text
 EXCLUDED_FIELDS = frozenset(
     {"stream", "stream_options", "user", "metadata", "store", "service_tier", "prompt_cache_key"}
 )
+# The Responses API's: the same, but `store` is keyed (see the module docstring).
+RESPONSES_EXCLUDED_FIELDS = EXCLUDED_FIELDS - {"store"}
+# Each route's prompt field: keyed apart from the other fields (messages, input), or with them.
+_PROMPT_FIELDS = {Route.CHAT: "messages", Route.RESPONSES: "input"}
 ANONYMOUS_TENANT = "anonymous"
 SHARED_TENANT = "shared"
 _KEY_VERSION = 1
@@ -75,15 +85,20 @@ def canonical_json(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
-def _keyed_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+def _keyed_fields(route: Route, body: Mapping[str, Any]) -> dict[str, Any]:
     """The request fields that are part of the key, with integral floats as integers:
     `temperature: 1` and `temperature: 1.0` ask the same thing. (Only top-level numbers are
     normalized; nested JSON such as tool schemas is hashed as sent.)"""
+    excluded = RESPONSES_EXCLUDED_FIELDS if route is Route.RESPONSES else EXCLUDED_FIELDS
+    prompt_field = _PROMPT_FIELDS.get(route)
     keyed: dict[str, Any] = {}
     for name, value in body.items():
-        if name in EXCLUDED_FIELDS or name == "messages":
+        if name in excluded or name == prompt_field:
             continue
         keyed[name] = int(value) if isinstance(value, float) and value.is_integer() else value
+    if route is Route.RESPONSES:
+        # The upstream keeps a response unless told `store: false` (absent or null: it does).
+        keyed["store"] = body.get("store") is not False
     return keyed
 
 
@@ -129,7 +144,7 @@ def fingerprint(
     namespace: str,
 ) -> CacheRequest:
     """Build the CacheRequest of a validated OpenAI request body."""
-    header = [_KEY_VERSION, str(route), tenant, namespace, _keyed_fields(body)]
+    header = [_KEY_VERSION, str(route), tenant, namespace, _keyed_fields(route, body)]
     prompt_text: str | None = None
     if route is Route.CHAT:
         messages: Sequence[Mapping[str, Any]] = body["messages"]
@@ -146,6 +161,15 @@ def fingerprint(
             exact = derived_key(partition, "exact", canonical_text(text))
         else:
             partition = _digest(canonical_json([*header, list(messages)]))
+            exact = derived_key(partition, "whole", "")
+    elif route is Route.RESPONSES:
+        split = split_input(body.get("input"))
+        if split is not None:
+            partition = _digest(canonical_json([*header, split.context, split.turn]))
+            prompt_text = split.text
+            exact = derived_key(partition, "exact", canonical_text(split.text))
+        else:
+            partition = _digest(canonical_json([*header, body.get("input")]))
             exact = derived_key(partition, "whole", "")
     else:
         # /v1/completions: the prompt (in `keyed`) is whitespace-sensitive text; hashed raw.
@@ -164,4 +188,5 @@ def fingerprint(
         prompt_text=prompt_text,
         stream=stream,
         include_usage=include_usage,
+        upstream_keeps=route is Route.RESPONSES and body.get("store") is not False,
     )

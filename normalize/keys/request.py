@@ -11,6 +11,7 @@ class Route(StrEnum):
 
     CHAT = "chat"  # POST /v1/chat/completions
     COMPLETIONS = "completions"  # POST /v1/completions (legacy; exact matches only)
+    RESPONSES = "responses"  # POST /v1/responses
 
 
 # Every key Deja hashes starts with this many hex characters of its partition. Redis uses them
@@ -38,6 +39,10 @@ class CacheRequest:
     prompt_text: str | None
     stream: bool
     include_usage: bool
+    # /v1/responses with `store` not false: the upstream keeps the response, and its id can be
+    # continued from (`previous_response_id`) and fetched. A hit then carries the stored
+    # response's own id; otherwise a fresh one.
+    upstream_keeps: bool = False
 
     @property
     def semantic_eligible(self) -> bool:

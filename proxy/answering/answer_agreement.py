@@ -20,6 +20,7 @@ import orjson
 
 from core.errors import DejaError
 from normalize.keys.text import canonical_text
+from proxy.protocol.response_object import answer_of_response, is_response
 
 
 class AnswerEmbedder(Protocol):
@@ -37,7 +38,10 @@ class Verdict:
 
 
 def answer_of(completion: dict[str, Any]) -> tuple[str, list[tuple[str, Any]]]:
-    """(text, [(tool name, parsed arguments)]) of a completion's first choice."""
+    """(text, [(tool name, parsed arguments)]) of a completion's first choice, or of a
+    Responses API response's output."""
+    if is_response(completion):
+        return answer_of_response(completion)
     choices = completion.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     if "message" in choice:

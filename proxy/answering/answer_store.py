@@ -70,7 +70,7 @@ class AnswerStore:
     async def store(self, answer: Answer) -> NotStoredReason | OtherFinishReason | None:
         """Store `answer` when the store rule allows it and it fits: None when stored, else why
         not, as the recorder counts it (the rule's refusal, or `too_large`)."""
-        refusal = self._rule.refusal(answer.completion)
+        refusal = self._rule.refusal(answer.completion, answer.request.route)
         if refusal is not None:
             return refusal
         # Storing is background work, spread out: one step per loop iteration of the store's

@@ -18,6 +18,7 @@ from core.semantic_config import SemanticConfig
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import PromptFeatures
 from proxy.answering.answer_agreement import AnswerEmbedder, answer_vector
+from proxy.protocol.response_object import token_logprobs, usage_tokens
 from tiers.base import Entry
 from tiers.policies.thresholds import ThresholdController
 from tiers.policies.ttl import (
@@ -58,12 +59,16 @@ class EntryBuilder:
     ) -> Entry | None:
         """The entry, or None when the answer is larger than `cache.max_entry_bytes`."""
         certainty = self.certainty(request.route, completion)
-        stored = {k: v for k, v in completion.items() if k not in ("id", "created")}
+        # A Responses API answer keeps its id: a hit for a request whose upstream keeps its
+        # responses serves it (proxy/protocol/response_object.py).
+        per_response = () if request.route is Route.RESPONSES else ("id", "created")
+        stored = {k: v for k, v in completion.items() if k not in per_response}
         if strip_logprobs:
             stored["choices"] = [without_logprobs(c) for c in stored.get("choices", [])]
         body = orjson.dumps(stored)
         if len(body) > self._cache.max_entry_bytes:
             return None
+        prompt_tokens, completion_tokens = usage_of(request.route, completion)
         analysis = await features.analysis() if features.semantic_allowed() else None
         vector = await features.vector() if analysis is not None else None
         return Entry(
@@ -82,8 +87,8 @@ class EntryBuilder:
             confidence=certainty.confidence,
             certainty=certainty.certainty,
             threshold=self._thresholds.neutral_floor,
-            prompt_tokens=_usage(completion, "prompt_tokens"),
-            completion_tokens=_usage(completion, "completion_tokens"),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
             analysis=analysis.wire if analysis else None,
             parsed_analysis=analysis.analysis if analysis else None,
             vector=vector.astype("float32").tobytes() if vector is not None else None,
@@ -102,6 +107,12 @@ class EntryBuilder:
 
     def certainty(self, route: Route, completion: dict[str, Any]) -> AnswerCertainty:
         """Confidence and certainty over every choice's tokens (token-weighted)."""
+        if route is Route.RESPONSES:
+            # The output text's logprobs, when the request included them, read as chat's.
+            tokens = token_logprobs(completion)
+            if not tokens:
+                return AnswerCertainty()
+            return certainty_from_chat_logprobs({"content": tokens})
         figures = [
             certainty_from_chat_logprobs(c.get("logprobs"))
             if route is Route.CHAT
@@ -121,7 +132,11 @@ class EntryBuilder:
 
 
 def asked_logprobs(route: Route, body: dict[str, Any]) -> bool:
-    """Whether a request body asks for logprobs itself (chat: true; legacy: a number)."""
+    """Whether a request body asks for logprobs itself (chat: true; legacy: a number). Deja
+    never adds logprobs to a Responses API request, so whatever its answer holds was asked for
+    (`include`)."""
+    if route is Route.RESPONSES:
+        return True
     value = body.get("logprobs")
     return bool(value) if route is Route.CHAT else value is not None
 
@@ -130,6 +145,13 @@ def without_logprobs(choice: Any) -> Any:
     if isinstance(choice, dict) and choice.get("logprobs") is not None:
         return {**choice, "logprobs": None}
     return choice
+
+
+def usage_of(route: Route, completion: dict[str, Any]) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) of an answer's usage; 0 where absent."""
+    if route is Route.RESPONSES:
+        return usage_tokens(completion)
+    return _usage(completion, "prompt_tokens"), _usage(completion, "completion_tokens")
 
 
 def _usage(completion: dict[str, Any], field: str) -> int:

@@ -2,9 +2,10 @@
 
 The call publishes what it receives as it receives it (nothing is buffered before clients see
 it), folds a streamed answer into a completion, and stores the answer only when it is clean:
-a 2xx, a terminal event, no error, every event JSON, the choices ended as the `StoreRule`
-allows (stop, tool_calls, and length unless `cache.store_truncated` is off), not too large,
-and the request allowed storing. Storing (proxy/answering/answer_store.py) happens after the
+a 2xx, a terminal event (`[DONE]`; a Responses API stream's own terminal event), no error,
+every event JSON, the answer finished as the `StoreRule` allows (stop, tool_calls, and length
+unless `cache.store_truncated` is off; a response `completed`), not too large, and the request
+allowed storing. Storing (proxy/answering/answer_store.py) happens after the
 waiters have their answer.
 """
 
@@ -24,7 +25,8 @@ from normalize.prompt_features import PromptFeatures
 from proxy.answering.answer_store import Answer, AnswerStore
 from proxy.answering.flights import Flight, FlightBody, FlightChunk, FlightEnd, FlightHead
 from proxy.answering.gate import UpstreamGate
-from proxy.protocol.sse import DONE, CompletionAssembler, SseParser
+from proxy.protocol.responses_stream import assembler_for
+from proxy.protocol.sse import DONE, SseParser, StreamAssembler
 from proxy.upstream.client import UpstreamRequest, UpstreamResponse
 from tiers.base import NearMiss
 
@@ -123,13 +125,13 @@ class UpstreamCaller:
                 )
                 return None
             return obj if self._may_store(plan) else None
-        assembler = CompletionAssembler(plan.request.route)
+        assembler = assembler_for(plan.request.route)
         parser = SseParser()
         garbled = False
         async for chunk in response.iter_chunks():
             garbled |= self._publish_payloads(flight, assembler, parser.feed(chunk))
         garbled |= self._publish_payloads(flight, assembler, parser.flush())
-        completion = assembler.completion() if assembler.saw_done else None
+        completion = assembler.completion() if assembler.ended else None
         flight.publish(FlightEnd(completion))
         if completion is None or assembler.error is not None or garbled:
             self._recorder.not_stored(NotStoredReason.INCOMPLETE)
@@ -137,9 +139,7 @@ class UpstreamCaller:
         return completion if self._may_store(plan) else None
 
     @staticmethod
-    def _publish_payloads(
-        flight: Flight, assembler: CompletionAssembler, payloads: list[str]
-    ) -> bool:
+    def _publish_payloads(flight: Flight, assembler: StreamAssembler, payloads: list[str]) -> bool:
         """Publishes the payloads; True when one was not a JSON object. The clients get it as
         it came, but the assembled answer lacks it, so it must not be stored."""
         garbled = False

@@ -51,7 +51,7 @@ class FlightBody:
 @dataclass(frozen=True, slots=True)
 class FlightEnd:
     """The stream ended. `completion` is the assembled answer when the stream terminated
-    properly ([DONE] seen), else None."""
+    properly ([DONE] seen; for the Responses API, its terminal event), else None."""
 
     completion: dict[str, Any] | None
 

@@ -10,6 +10,10 @@ request the same way, and storing it saves that repeat; its `finish_reason` is s
 finish reason, and an answer without choices are never stored. Whether the answer arrived whole at
 all (a 2xx, a stream that ended with `[DONE]`, no error event, every event JSON) is the caller's to
 check before it asks this rule.
+
+A Responses API answer (Route.RESPONSES) is stored only when its `status` is `completed`: an
+`incomplete` one (cut at `max_output_tokens`, or filtered) never is, whatever
+`cache.store_truncated` says, nor a `failed` one.
 """
 
 from __future__ import annotations
@@ -18,16 +22,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.recorder import NotStoredReason, OtherFinishReason
+from normalize.keys.request import Route
+from proxy.protocol.response_object import COMPLETED, is_response, status_of
 from proxy.protocol.sse import CLEAN_FINISH, TRUNCATED_FINISH
+
+# A response's status → why it is not stored.
+_RESPONSE_REFUSALS = {"incomplete": NotStoredReason.INCOMPLETE, "failed": NotStoredReason.ERROR}
 
 
 @dataclass(frozen=True, slots=True)
 class StoreRule:
     store_truncated: bool = True
 
-    def refusal(self, completion: Any) -> NotStoredReason | OtherFinishReason | None:
+    def refusal(self, completion: Any, route: Route) -> NotStoredReason | OtherFinishReason | None:
         """None when this completion may be stored; else why not, as the recorder counts it
         (`no_choices`, `unfinished`, or the offending finish reason)."""
+        if route is Route.RESPONSES:
+            return _response_refusal(completion)
         choices = completion.get("choices") if isinstance(completion, dict) else None
         if not isinstance(choices, list) or not choices:
             return NotStoredReason.NO_CHOICES
@@ -41,6 +52,15 @@ class StoreRule:
                 continue
             return _refused_finish(str(reason))
         return None
+
+
+def _response_refusal(response: Any) -> NotStoredReason | None:
+    if not is_response(response):
+        return NotStoredReason.NO_CHOICES
+    status = status_of(response)
+    if status == COMPLETED:
+        return None
+    return _RESPONSE_REFUSALS.get(status or "", NotStoredReason.UNFINISHED)
 
 
 def _refused_finish(reason: str) -> NotStoredReason | OtherFinishReason:

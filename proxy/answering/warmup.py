@@ -71,6 +71,10 @@ class WarmUp:
         request, response = item.get("request"), item.get("response")
         if not isinstance(request, dict) or not isinstance(response, dict):
             raise InvalidRequest("'request' and 'response' must both be JSON objects")
+        if "input" in request and "messages" not in request and "prompt" not in request:
+            # A warmed response's id would be one the upstream may not hold (README,
+            # "Responses API"): its answers are cached from live traffic only.
+            raise InvalidRequest("warm-up takes chat and completions lines, not /v1/responses")
         route = Route.CHAT if "messages" in request else Route.COMPLETIONS
         # The line's namespace, as the header of the requests it stands for would name it.
         headers = {NAMESPACE_HEADER: str(item.get("namespace") or "")}

@@ -165,15 +165,18 @@ def create_edge_app(
     clock: Clock | None = None,
     *,
     access_log_stream: BinaryIO | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> web.Application:
     """The front. `worker` is started and stopped with the app; None when something else runs
-    it (tests). The access log goes to `access_log_stream`, stderr unless given."""
+    it (tests). The access log goes to `access_log_stream`, stderr unless given; spans to
+    `span_exporter` when given (tests), else as `telemetry.traces` says."""
     parts = build_front(
         config,
         clock or SystemClock(),
         access_log_stream if access_log_stream is not None else sys.stderr.buffer,
         link,
         worker,
+        span_exporter,
     )
     requests = parts.requests
     reader = RequestReader(
@@ -183,7 +186,9 @@ def create_edge_app(
     completions = EdgeCompletions(
         config.cache, reader, parts.store.service, hits, link, parts.tracer
     )
-    relay = EdgeRelay(link, parts.ledger, parts.report, config.server.max_passthrough_bytes)
+    relay = EdgeRelay(
+        link, parts.ledger, parts.report, config.server.max_passthrough_bytes, parts.tracer
+    )
 
     app = web.Application(client_max_size=config.server.max_passthrough_bytes)
     register(app, front_resources(parts))

@@ -37,7 +37,7 @@ from aiohttp import web
 from core.errors import TierUnavailable
 from proxy.composition.parts import FrontParts, ProxyParts, Readiness, StoreParts
 from proxy.edge.worker_process import exit_with_parent
-from proxy.http.telemetry import shutdown_tracer
+from proxy.http.traces import shutdown_tracer
 
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 

@@ -37,14 +37,15 @@ from proxy.answering.gate import UpstreamGate
 from proxy.answering.miss_learning import MissLearner
 from proxy.answering.store_rule import StoreRule
 from proxy.answering.verifier import Verifier
-from proxy.composition.report import gauges_of
+from proxy.composition.readings import readings_of
 from proxy.edge.report import EdgeReport
 from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.client_auth import ClientAuth
 from proxy.http.finished_requests import AccessLogWriter, RequestLedger
-from proxy.http.telemetry import Telemetry, build_tracer
+from proxy.http.telemetry import Telemetry
+from proxy.http.traces import build_tracer
 from proxy.protocol.credentials import CredentialRule
 from proxy.upstream.aiohttp_transport import AiohttpTransport
 from proxy.upstream.client import UpstreamClient
@@ -190,7 +191,7 @@ def build_request_parts(config: DejaConfig) -> RequestParts:
 def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> StoreParts:
     """The tiers and the cache service over them. Without `semantic_index` (edge mode's
     front) no models load and no index is kept, whatever `semantic.enabled` says."""
-    recorder = CacheRecorder()
+    recorder = CacheRecorder(clock)
     lru = LruKTier(config.lru_k, clock) if config.lru_k.enabled else None
     local: list[CacheTier] = [lru] if lru is not None else []
     redis = RedisConnection(config.redis) if config.redis.url else None
@@ -264,9 +265,10 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
     )
 
 
-def build_upstream(config: DejaConfig, clock: Clock) -> UpstreamParts:
+def build_upstream(config: DejaConfig, clock: Clock, tracer: StageTracer) -> UpstreamParts:
     u = config.upstream
-    client = UpstreamClient(u, AiohttpTransport(u), clock=clock)
+    # The tracer's trace context goes with every upstream call (core/tracing.py).
+    client = UpstreamClient(u, AiohttpTransport(u), clock=clock, tracer=tracer)
     breaker: Breaker = (
         CircuitBreaker(config.breaker, clock) if config.breaker.enabled else AlwaysClosedBreaker()
     )
@@ -290,11 +292,12 @@ def build_proxy(
 ) -> ProxyParts:
     """The whole proxy's parts (single process, and edge mode's worker)."""
     store = build_store(config, clock, semantic_index=True)
-    upstream = build_upstream(config, clock)
+    tracer = build_tracer(config.telemetry, span_exporter)
+    upstream = build_upstream(config, clock, tracer)
     readiness = Readiness()
     ttl = TtlPolicy(config.ttl)
     telemetry = Telemetry(
-        config.telemetry, store.recorder, gauges_of(store, upstream, readiness), span_exporter
+        store.recorder, readings_of(store, upstream, readiness, config.verify), clock, tracer
     )
     entries = EntryBuilder(
         config.cache, config.degrade, config.semantic, ttl, store.thresholds, clock, store.features
@@ -337,6 +340,7 @@ def build_front(
     access_log_stream: BinaryIO,
     link: WorkerLink,
     worker: WorkerProcess | None,
+    span_exporter: SpanExporter | None = None,
 ) -> FrontParts:
     assert config.redis.url, "config validation requires redis.url with server.edge"
     store = build_store(config, clock, semantic_index=False)
@@ -350,7 +354,7 @@ def build_front(
         worker=worker,
         report=report,
         ledger=RequestLedger(report, access_log(config, access_log_stream)),
-        tracer=build_tracer(config.telemetry),
+        tracer=build_tracer(config.telemetry, span_exporter),
     )
 
 

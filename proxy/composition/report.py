@@ -1,83 +1,14 @@
-"""What the proxy reports about its parts: the metrics' gauges, /readyz's body and the admin
-API's stats. The routes get these as callables, never the parts themselves."""
+"""What the proxy reports about its parts: /readyz's body and the admin API's stats (the
+metrics' readings are proxy/composition/readings.py's). The routes get these as callables,
+never the parts themselves."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the parts import this module to give their telemetry its gauges
-    from proxy.composition.parts import ProxyParts, Readiness, StoreParts, UpstreamParts
-
-
-def gauges_of(
-    store: StoreParts, upstream: UpstreamParts, readiness: Readiness
-) -> Callable[[], Mapping[str, float]]:
-    """The gauge source of the proxy's metrics (read at every scrape)."""
-    return lambda: gauges(store, upstream, readiness)
-
-
-def gauges(store: StoreParts, upstream: UpstreamParts, readiness: Readiness) -> dict[str, float]:
-    breaker = upstream.breaker.snapshot()
-    g: dict[str, float] = {
-        "inflight_upstream_calls": upstream.admission.active,
-        "queued_upstream_calls": upstream.admission.queued,
-        "admission_rejections": upstream.admission.rejected,
-        "breaker_open": 0.0 if breaker.state == "closed" else 1.0,
-        "breaker_trips": breaker.trips,
-        "hit_rate": store.recorder.snapshot().hit_rate,
-        "ready": 1.0 if readiness.ready else 0.0,
-        "lookup_turns_waiting": store.lookup_turns.waiting,
-        "lookup_turns_granted": store.lookup_turns.granted,
-        "store_turns_waiting": upstream.store_turns.waiting,
-        "upstream_turns_waiting": upstream.upstream_turns.waiting,
-    }
-    if store.lru is not None:
-        g["lru_k_bytes"] = store.lru.bytes_used
-        g["lru_k_evictions"] = store.lru.evictions
-    if store.redis is not None:
-        g["redis_up"] = 1.0 if store.redis.available else 0.0
-        g["redis_outages"] = store.redis.outages
-    if store.semantic is not None:
-        g["semantic_entries"] = store.semantic.size()
-        g["semantic_partitions"] = store.semantic.partitions()
-        g["semantic_evictions"] = store.semantic.evictions
-    if store.features is not None and store.features.ready:
-        for name, worker in store.features.process.workers.items():
-            g[f"{name}_batches"] = worker.batches
-            g[f"{name}_texts"] = worker.texts
-            g[f"{name}_worker_restarts"] = worker.restarts
-            g[f"{name}_queued"] = worker.queued
-            g[f"{name}_background_queued"] = worker.background_queued
-            g[f"{name}_background_refused"] = worker.background_refused
-    if store.replication is not None:
-        g["replication_events_applied"] = store.replication.applied
-        g["replication_events_skipped"] = store.replication.skipped
-    if store.partitions is not None:
-        g["semantic_partitions_held"] = len(store.partitions.held())
-        g["semantic_partitions_loading"] = len(store.partitions.loading())
-        g["semantic_partitions_dropped"] = store.partitions.dropped
-        g["semantic_snapshots_written"] = store.partitions.snapshots_written
-        g["semantic_snapshot_failures"] = store.partitions.snapshot_failures
-    estimate = store.thresholds.estimator.estimate()
-    g["semantic_threshold"] = store.thresholds.global_threshold
-    g["false_hit_rate"] = estimate.rate
-    g["false_hit_rate_low"] = estimate.low
-    g["false_hit_rate_high"] = estimate.high
-    g["verified_hits"] = estimate.verified
-    lemma = store.lemma_hits.estimator.estimate()
-    g["false_hit_rate_lemma"] = lemma.rate
-    g["false_hit_rate_lemma_low"] = lemma.low
-    g["false_hit_rate_lemma_high"] = lemma.high
-    g["verified_lemma_hits"] = lemma.verified
-    g["lemma_hits_on"] = 1.0 if store.lemma_hits.serving else 0.0
-    learned = store.thresholds.learned_hits.estimator.estimate()
-    g["false_hit_rate_learned"] = learned.rate
-    g["false_hit_rate_learned_low"] = learned.low
-    g["false_hit_rate_learned_high"] = learned.high
-    g["verified_learned_hits"] = learned.verified
-    g["learned_hits_on"] = 1.0 if store.thresholds.learned_hits.serving else 0.0
-    return g
+    from proxy.composition.parts import ProxyParts, StoreParts
 
 
 def readiness_report(parts: ProxyParts) -> Callable[[], tuple[bool, dict[str, Any]]]:

@@ -84,7 +84,7 @@ class EdgeCompletions:
                 # Only exact hits are served here: the explanation says `served=exact`.
                 ctx.explanation = outcome.explanation
                 return await self._hits.write(request, ctx, creq, outcome.hit)
-        return await self._link.forward(request, ctx, read.raw)
+        return await self._link.forward(request, ctx, read.raw, self._tracer.outgoing_headers())
 
 
 class FrontRecorder:
@@ -103,8 +103,14 @@ class EdgeRelay:
     """Every other route: the worker's answer."""
 
     def __init__(
-        self, link: WorkerLink, ledger: RequestLedger, report: EdgeReport, max_body_bytes: int
+        self,
+        link: WorkerLink,
+        ledger: RequestLedger,
+        report: EdgeReport,
+        max_body_bytes: int,
+        tracer: StageTracer,
     ) -> None:
+        self._tracer = tracer
         self._link = link
         self._ledger = ledger
         self._report = report
@@ -120,7 +126,7 @@ class EdgeRelay:
             self._ledger.drain()
             await self._report.flush()
         try:
-            return await self._link.forward(request, ctx, body)
+            return await self._link.forward(request, ctx, body, self._tracer.outgoing_headers())
         except WorkerUnavailable:
             if request.path != "/readyz":
                 raise

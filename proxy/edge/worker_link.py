@@ -7,16 +7,21 @@ chunk by chunk when it has no length (SSE), so a streamed miss reaches the clien
 writes it. Bodies are not decompressed on the way.
 
 The edge sends the request id it assigned as X-Request-Id, so the worker uses the same one and
-feedback naming it finds the right record. Nothing else is added: the worker, and the upstream
-after it, see the client's request as the client sent it.
+feedback naming it finds the right record, and, when it traces, its own span's trace context
+in place of the client's (`traceparent`), so the worker's spans nest under the front's.
+Nothing else is added: the worker, and the upstream after it, see the client's request as the
+client sent it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import aiohttp
 from aiohttp import web
 
 from core.errors import WorkerUnavailable
+from core.tracing import TRACE_HEADERS
 from proxy.http.request_context import RequestContext
 from proxy.protocol.credentials import spelled_alike
 
@@ -55,14 +60,17 @@ class WorkerLink:
         return self._session
 
     async def forward(
-        self, request: web.Request, ctx: RequestContext, body: bytes
+        self, request: web.Request, ctx: RequestContext, body: bytes, trace: Mapping[str, str]
     ) -> web.StreamResponse:
-        """`request` (whose body, already read, is `body`) answered by the worker."""
+        """`request` (whose body, already read, is `body`) answered by the worker; `trace`: the
+        front's trace context headers (StageTracer.outgoing_headers, {} when not tracing)."""
         # Credentials arrive as the front read them: the worker derives the same tenant.
+        not_sent = _NOT_SENT | TRACE_HEADERS if trace else _NOT_SENT
         headers = spelled_alike(
-            (k, v) for k, v in request.headers.items() if k.lower() not in _NOT_SENT
+            (k, v) for k, v in request.headers.items() if k.lower() not in not_sent
         )
         headers.append(("X-Request-Id", ctx.request_id))
+        headers += trace.items()
         try:
             reply = await self._open_session().request(
                 request.method,

@@ -26,6 +26,10 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(code): _response(names[code], _ERROR) for code in codes}
 
 
+def _query(name: str, kind: str, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "schema": {"type": kind}, "description": description}
+
+
 def admin_openapi() -> dict[str, Any]:
     entry_id = {"name": "entry_id", "in": "path", "required": True, "schema": {"type": "string"}}
     return {
@@ -60,6 +64,30 @@ def admin_openapi() -> dict[str, Any]:
                             {"$ref": "#/components/schemas/FeedbackResult"},
                         ),
                         **_errors(400, 401, 404),
+                    },
+                }
+            },
+            "/entries": {
+                "get": {
+                    "summary": "The newest entries, newest first, and how many match in all",
+                    "parameters": [
+                        _query("tenant", "string", "a tenant id (as the entries show it)"),
+                        _query("namespace", "string", "a namespace"),
+                        _query("model", "string", "a model"),
+                        _query("limit", "integer", "at most this many (1 to 1000, default 50)"),
+                    ],
+                    "responses": {
+                        "200": _response(
+                            "A page of entry summaries",
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "total": {"type": "integer"},
+                                    "entries": {"type": "array", "items": {"type": "object"}},
+                                },
+                            },
+                        ),
+                        **_errors(400, 401),
                     },
                 }
             },

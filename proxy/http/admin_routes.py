@@ -7,6 +7,7 @@ only, so applications can report on answers without the admin token; another ten
 answered as not found (nothing about it is revealed).
 
     POST   feedback          {"entry_id" | "request_id", "signal": "useful" | "irrelevant" | n}
+    GET    entries           the newest entries, ?tenant= &namespace= &model= &limit= (default 50)
     GET    entries/{id}      the entry: metadata and the stored completion
     DELETE entries/{id}      delete it from every tier and replica
     POST   invalidate        {"tenant_key" | "tenant_headers" | "tenant", "namespace", "model"}
@@ -29,6 +30,7 @@ from aiohttp import web
 
 from core.clock import Clock
 from core.errors import AuthenticationFailed, InvalidRequest, NotFound
+from normalize.keys.request import Route
 from proxy.answering.feedback import FeedbackService, ServedRequests
 from proxy.answering.warmup import NotReadyForWarmUp, WarmUp
 from proxy.http.admin_openapi import admin_openapi
@@ -41,6 +43,9 @@ from tiers.service import CacheService
 
 PREFIX = "/admin/v1"
 NDJSON = "application/x-ndjson"
+DEFAULT_LISTING = 50
+MAX_LISTING = 1000
+PREVIEW_CHARS = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ class AdminRoutes:
 
     def register(self, frame: RequestFrame) -> None:
         frame.route(f"{PREFIX}/feedback", "admin", self.feedback, methods=["POST"])
+        frame.route(f"{PREFIX}/entries", "admin", self.entries, methods=["GET"])
         frame.route(
             f"{PREFIX}/entries/{{entry_id}}", "admin", self.entry, methods=["GET", "DELETE"]
         )
@@ -137,6 +143,22 @@ class AdminRoutes:
                 "ttl_s": round(outcome.ttl_s, 3),
                 "threshold": self._views.effective_threshold(outcome.threshold),
             }
+        )
+
+    async def entries(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        query = request.query
+        unknown = set(query) - {"tenant", "namespace", "model", "limit"}
+        if unknown:
+            raise InvalidRequest(f"unknown query parameters: {', '.join(sorted(unknown))}")
+        selector = Invalidation(
+            tenant=query.get("tenant"), namespace=query.get("namespace"), model=query.get("model")
+        )
+        limit = _limit(query.get("limit", str(DEFAULT_LISTING)))
+        entries, total = await self._service.matching(selector, limit)
+        now = self._views.clock.time()
+        return _json(
+            {"total": total, "entries": [_summary(entry, now) for entry in entries]},
         )
 
     async def entry(self, request: web.Request) -> web.Response:
@@ -262,8 +284,44 @@ class AdminRoutes:
             "threshold": self._views.effective_threshold(entry.threshold),
             "lemma_key": entry.lemma_key is not None,
             "semantic": entry.vector is not None or entry.analysis is not None,
-            "completion": entry.completion(entry.entry_id, int(entry.stored_at)),
+            # A Responses API answer is stored whole, its own id included.
+            "completion": orjson.loads(entry.body)
+            if entry.route is Route.RESPONSES
+            else entry.completion(entry.entry_id, int(entry.stored_at)),
         }
+
+
+def _limit(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LISTING:
+        raise InvalidRequest(f"'limit' must be a whole number from 1 to {MAX_LISTING}")
+    return int(raw)
+
+
+def _summary(entry: Entry, now: float) -> dict[str, Any]:
+    """One line of the listing: what tells entries apart, and the start of the answer."""
+    return {
+        "entry_id": entry.entry_id,
+        "route": str(entry.route),
+        "tenant": entry.tenant,
+        "namespace": entry.namespace,
+        "model": entry.model,
+        "stored_at": entry.stored_at,
+        "age_s": round(entry.age_s(now), 3),
+        "ttl_s": round(entry.ttl_s, 3),
+        "fresh": entry.is_fresh(now),
+        "feedback_sum": round(sum(entry.feedback), 6),
+        "answer": _answer_start(entry.body),
+    }
+
+
+def _answer_start(body: bytes) -> str:
+    """The first choice's text, cut to PREVIEW_CHARS ("" for a tool call or no choices)."""
+    choices = orjson.loads(body).get("choices") or [{}]
+    first = choices[0] if isinstance(choices[0], dict) else {}
+    message = first.get("message")
+    text = message.get("content") if isinstance(message, dict) else first.get("text")
+    text = " ".join(text.split()) if isinstance(text, str) else ""
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
 def _signal(value: Any) -> str | float:

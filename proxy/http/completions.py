@@ -21,6 +21,7 @@ from core.pacing import Pacer
 from core.recorder import CacheRecorder
 from core.tracing import NoopTracer, StageTracer
 from fallback.degrade import Degrader
+from normalize.keys.fingerprint import SHARED_TENANT
 from normalize.keys.request import CacheRequest, Route
 from normalize.prompt_features import SemanticSkip
 from proxy.answering.answer_store import Answer, AnswerStore
@@ -36,8 +37,8 @@ from proxy.http.responses import (
     FlightWriter,
     Undelivered,
     error_response,
+    identified,
     json_response,
-    new_response_id,
     write_replay,
 )
 from tiers.base import Lookup, LookupExplanation, MatchKind, NearMiss
@@ -93,7 +94,7 @@ class CompletionHandler:
             read = await self._reader.read(request, route)
         creq = read.cache
         ctx.tenant = creq.tenant
-        cacheable = route is Route.CHAT or self._cache.cache_completions
+        cacheable = self._cacheable(read)
         outcome = LookupOutcome()
         looked_up = cacheable and read.directives.lookup
         if looked_up:
@@ -112,7 +113,7 @@ class CompletionHandler:
             if outcome.hit is not None:
                 return await self._serve_hit(request, ctx, read, outcome)
             ctx.cache = CacheOutcome.MISS
-            self._recorder.miss()
+            self._recorder.miss(creq.partition)
         else:
             self._recorder.bypass()
             if read.directives.explain:
@@ -202,19 +203,23 @@ class CompletionHandler:
             ctx.similarity = answer.lookup.similarity
             ctx.entry_id, ctx.ttl_s, ctx.age_s = entry.entry_id, entry.ttl_s, entry.age_s(now)
         self._recorder.degraded(answer.kind)
-        completion = {
-            **answer.completion,
-            "id": new_response_id(creq.route, self._response_ids),
-            "created": int(now),
-        }
+        completion = identified(creq, answer.completion, self._response_ids, now)
         if creq.stream:
             return await write_replay(request, ctx, completion, creq)
         return json_response(orjson.dumps(completion), ctx)
 
+    def _cacheable(self, read: ReadRequest) -> bool:
+        route, creq = read.cache.route, read.cache
+        if route is Route.COMPLETIONS:
+            return self._cache.cache_completions
+        if route is Route.RESPONSES:
+            return _response_cacheable(read.body, creq)
+        return True
+
     def _plan(self, read: ReadRequest, store: bool, near_miss: NearMiss | None) -> CallPlan:
         creq, body = read.cache, read.body
         upstream_body = dict(body)
-        if creq.stream:
+        if creq.stream and creq.route is not Route.RESPONSES:
             # Always ask for usage: it is part of the stored answer. Clients that did not ask
             # never see the extra chunk.
             upstream_body["stream_options"] = {
@@ -239,6 +244,18 @@ class CompletionHandler:
             plain_upstream=read.upstream_request(plain_body) if added else None,
             near_miss=near_miss,
         )
+
+
+def _response_cacheable(body: dict[str, Any], creq: CacheRequest) -> bool:
+    """Whether a Responses API request is cached (README, "Responses API"). Not when
+    - it runs in the background: the upstream runs and keeps it, the client polls for it;
+    - it names a `conversation`: the upstream adds each turn to the conversation, and a hit
+      would leave this one out, so the next turn would be answered without it;
+    - the upstream keeps it while cache.share_across_tenants is on: a kept response's id
+      belongs to one tenant's upstream account."""
+    if body.get("background") is True or body.get("conversation") is not None:
+        return False
+    return not (creq.upstream_keeps and creq.tenant == SHARED_TENANT)
 
 
 def _plain(body: dict[str, Any]) -> dict[str, Any]:

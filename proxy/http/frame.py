@@ -31,7 +31,7 @@ from proxy.http.responses import error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_CACHED_ROUTES = frozenset({"chat", "completions"})
+_CACHED_ROUTES = frozenset({"chat", "completions", "responses"})
 # What the access log records as the status of a request whose client went away first.
 CLIENT_CLOSED = 499
 
@@ -86,7 +86,8 @@ class RequestFrame:
             ctx = RequestContext(self._ids.of(request), label, time.monotonic())
             request[CONTEXT] = ctx
             status = 500
-            with self._tracer.span("deja.request") as span:
+            # The client's trace context (traceparent) is the parent of the request's span.
+            with self._tracer.request_span("deja.request", request.headers) as span:
                 try:
                     if not any_method and request.method not in allowed:
                         response: web.StreamResponse = error_response(

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from proxy.http.finished_requests import RequestLedger
 from proxy.http.frame import RequestFrame
-from proxy.http.telemetry import Telemetry
+from proxy.http.telemetry import CONTENT_TYPE, Telemetry
 
 ReadinessReport = Callable[[], tuple[bool, dict[str, Any]]]
 
@@ -53,6 +53,7 @@ class HealthRoutes:
 
     async def metrics(self, request: web.Request) -> web.Response:
         self._ledger.drain()  # requests finished since the last batch count in this scrape
+        # Not content_type=/charset=: aiohttp would drop the format's version parameter.
         return web.Response(
-            body=self._telemetry.metrics_text(), content_type="text/plain", charset="utf-8"
+            body=self._telemetry.metrics_text(), headers={"Content-Type": CONTENT_TYPE}
         )

@@ -2,13 +2,16 @@
 
 One writer for the whole proxy (proxy/http/completions.py) and for edge mode's front
 (proxy/edge/front.py), so a hit reads the same whichever process served it: the stored completion
-with a fresh `id` and `created` and the original `usage`, as JSON or replayed as SSE.
+with a fresh `id` and `created` and the original `usage`, as JSON or replayed as SSE. A Responses
+API hit is the stored response, with the identity `identified` gives it (its own id where the
+upstream keeps it), as JSON or replayed as typed events.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+import orjson
 from aiohttp import web
 
 from core.clock import Clock
@@ -16,10 +19,16 @@ from core.config import PricingConfig
 from core.ids import IdSequence
 from core.recorder import CacheRecorder
 from core.tracing import SpanNotes
-from normalize.keys.request import CacheRequest
+from normalize.keys.request import CacheRequest, Route
 from proxy.answering.feedback import ServedRecord
 from proxy.http.request_context import CacheOutcome, RequestContext
-from proxy.http.responses import json_response, new_response_id, write_replay
+from proxy.http.responses import (
+    identified,
+    json_response,
+    new_response_id,
+    write_completion,
+    write_replay,
+)
 from tiers.base import Lookup
 from tiers.lookup_outcome import LookupOutcome
 
@@ -75,6 +84,10 @@ class HitWriter:
                 ctx.request_id,
                 ServedRecord(entry.entry_id, creq.tenant, lookup.match, lookup.similarity),
             )
+        if creq.route is Route.RESPONSES:
+            # A response may keep its stored id (response_object.py): rendered per request.
+            answer = identified(creq, orjson.loads(entry.body), self._response_ids, now)
+            return await write_completion(request, ctx, answer, creq)
         response_id, created = new_response_id(creq.route, self._response_ids), int(now)
         if creq.stream:
             return await write_replay(request, ctx, entry.completion(response_id, created), creq)

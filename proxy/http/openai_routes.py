@@ -2,6 +2,7 @@
 
 POST /v1/chat/completions   cached (exact, lemma and semantic matches)
 POST /v1/completions        cached (exact matches only)
+POST /v1/responses          cached (exact, lemma and semantic matches; background: passed through)
 *    /v1/{anything else}    passed through to the upstream unchanged, X-Deja-Cache: bypass
                             (GET /v1/models among them)
 """
@@ -51,6 +52,7 @@ class OpenAIRoutes:
     def register(self, frame: RequestFrame) -> None:
         frame.route("/v1/chat/completions", "chat", self.chat_completions, methods=["POST"])
         frame.route("/v1/completions", "completions", self.completions, methods=["POST"])
+        frame.route("/v1/responses", "responses", self.responses, methods=["POST"])
         frame.route("/v1/{tail:.*}", "passthrough", self.passthrough)
 
     # Plain functions returning the handler's coroutine: one coroutine less on every hit.
@@ -59,6 +61,9 @@ class OpenAIRoutes:
 
     def completions(self, request: web.Request) -> Awaitable[web.StreamResponse]:
         return self._completions.handle(request, Route.COMPLETIONS, request[CONTEXT])
+
+    def responses(self, request: web.Request) -> Awaitable[web.StreamResponse]:
+        return self._completions.handle(request, Route.RESPONSES, request[CONTEXT])
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]

@@ -31,7 +31,11 @@ from proxy.protocol.directives import (
 from proxy.protocol.request_parser import ParsedRequest, RequestParser, parse_json_object
 from proxy.upstream.client import UpstreamRequest
 
-UPSTREAM_PATHS = {Route.CHAT: "chat/completions", Route.COMPLETIONS: "completions"}
+UPSTREAM_PATHS = {
+    Route.CHAT: "chat/completions",
+    Route.COMPLETIONS: "completions",
+    Route.RESPONSES: "responses",
+}
 # Client headers that are Deja's business, not the upstream's (credentials: ClientAuth's).
 _NOT_FORWARDED = frozenset({"cache-control", "accept-encoding", "content-type"})
 

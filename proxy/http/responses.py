@@ -24,6 +24,8 @@ from proxy.answering.flights import (
     FlightHead,
 )
 from proxy.http.request_context import RequestContext
+from proxy.protocol.response_object import ID_PREFIX, served_response
+from proxy.protocol.responses_stream import encode_typed_event, replay_payload
 from proxy.protocol.sse import DONE, dumps, encode_event, replay_chunks
 
 JSON = "application/json"
@@ -47,8 +49,22 @@ class Undelivered:
     upstream_reply: web.Response | None = None
 
 
+_ID_PREFIXES = {Route.CHAT: "chatcmpl-", Route.COMPLETIONS: "cmpl-", Route.RESPONSES: ID_PREFIX}
+
+
 def new_response_id(route: Route, ids: IdSequence) -> str:
-    return ("chatcmpl-" if route is Route.CHAT else "cmpl-") + ids.next_id()
+    return _ID_PREFIXES[route] + ids.next_id()
+
+
+def identified(
+    creq: CacheRequest, completion: dict[str, Any], ids: IdSequence, now: float
+) -> dict[str, Any]:
+    """A stored answer as this request is served it: a fresh id and creation time, except a
+    Responses API answer the upstream keeps, which keeps its own (response_object.py)."""
+    fresh = new_response_id(creq.route, ids)
+    if creq.route is Route.RESPONSES:
+        return served_response(completion, fresh, int(now), creq.upstream_keeps)
+    return {**completion, "id": fresh, "created": int(now)}
 
 
 def error_payload(error: DejaError) -> bytes:
@@ -99,11 +115,12 @@ async def write_replay(
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **ctx.cache_headers()})
     await response.prepare(request)
-    payload = b"".join(
-        encode_event(dumps(chunk))
-        for chunk in replay_chunks(completion, creq.route, creq.include_usage)
-    )
-    await response.write(payload + encode_event(DONE))
+    if creq.route is Route.RESPONSES:
+        payload = replay_payload(completion)
+    else:
+        chunks = replay_chunks(completion, creq.route, creq.include_usage)
+        payload = b"".join(encode_event(dumps(chunk)) for chunk in chunks) + encode_event(DONE)
+    await response.write(payload)
     await response.write_eof()
     return response
 
@@ -193,23 +210,38 @@ class FlightWriter:
         headers.update(self._ctx.cache_headers())
         response = web.StreamResponse(status=head.status, headers=headers)
         await response.prepare(self._request)
+        typed = self._creq.route is Route.RESPONSES
+        last_number: Any = None
         async for event in events:
             if isinstance(event, FlightChunk):
+                if typed:
+                    # The Responses API's typed events go on as they came, `event:` line too.
+                    if event.obj is not None:
+                        last_number = event.obj.get("sequence_number", last_number)
+                    await response.write(encode_typed_event(event.data, event.obj))
+                    continue
                 data = self._client_chunk(event)
                 if data is not None:
                     await response.write(encode_event(data))
             elif isinstance(event, FlightEnd) and event.completion is not None:
-                await response.write(encode_event(DONE))
+                if not typed:  # a Responses stream ends with its terminal event
+                    await response.write(encode_event(DONE))
             elif isinstance(event, FlightEnd | FlightFailed):
                 # Too late for a status code: say it in the stream, as OpenAI does. A stream
                 # that ended without [DONE] is not given one: the answer may be cut short.
                 error = (
                     event.error
                     if isinstance(event, FlightFailed)
-                    else UpstreamProtocolError("the upstream's stream ended without [DONE]")
+                    else UpstreamProtocolError(
+                        "the upstream's stream ended without "
+                        + ("its terminal event" if typed else "[DONE]")
+                    )
                 )
                 self._ctx.error_code = error.code
-                await response.write(encode_event(error_payload(error).decode()))
+                if typed:
+                    await response.write(typed_error_event(error, last_number))
+                else:
+                    await response.write(encode_event(error_payload(error).decode()))
         await response.write_eof()
         return response
 
@@ -225,6 +257,22 @@ class FlightWriter:
         if self._added_logprobs:
             obj = {**obj, "choices": [without_logprobs(c) for c in obj.get("choices", [])]}
         return dumps(obj)
+
+
+def typed_error_event(error: DejaError, last_number: Any) -> bytes:
+    """A Responses stream's `error` event: its fields as OpenAI sends them, and the `error`
+    object as well, on which the official SDKs raise."""
+    body = orjson.loads(error_payload(error))["error"]
+    number = last_number + 1 if isinstance(last_number, int) else 0
+    event = {
+        "type": "error",
+        "code": body["code"],
+        "message": body["message"],
+        "param": body["param"],
+        "sequence_number": number,
+        "error": body,
+    }
+    return encode_typed_event(dumps(event), event)
 
 
 async def _last(events: AsyncIterator[FlightEvent]) -> FlightBody | FlightEnd | FlightFailed:

@@ -1,36 +1,40 @@
-"""Prometheus metrics and OpenTelemetry spans: the only module that imports either.
+"""Prometheus metrics, and the app's tracer: with proxy/http/traces.py, the only modules that
+import Prometheus or OpenTelemetry.
 
 The core records plain counters (`core.recorder.CacheRecorder`) and opens spans through the
-`core.tracing.StageTracer` seam; this module exports them. Each app gets its own Prometheus
-registry and its own tracer provider (nothing global), so tests can build many apps.
+`core.tracing.StageTracer` seam; this module exports the counters, traces.py the spans. Each
+app gets its own Prometheus registry and its own tracer provider (nothing global), so tests can
+build many apps.
 """
 
 from __future__ import annotations
 
 import bisect
-import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SimpleSpanProcessor,
-    SpanExporter,
-)
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from core.config import TelemetryConfig
-from core.errors import ConfigError
-from core.recorder import CacheRecorder
-from core.tracing import AttributeValue, NoopTracer, SpanNotes, StageTracer
+from core.clock import Clock
+from core.health_signals import FAST_HIT_S, WINDOWS_S, RequestHealth
+from core.readings import Reading, ReadingKind, gauge
+from core.recorder import CacheRecorder, NotStoredReason
+from core.tracing import StageTracer
+from normalize.keys.request import Route
+from proxy.http.traces import shutdown_tracer
 
-GaugeSource = Callable[[], Mapping[str, float]]
+ReadingSource = Callable[[], list[Reading]]
+# The Prometheus text format generate_latest writes, with its version. (prometheus_client's
+# CONTENT_TYPE_LATEST now names 1.0.0, which Prometheus before 3.0 does not know.)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_KNOWN_REASONS = frozenset(map(str, NotStoredReason))
 _LATENCY_BUCKETS = (
     0.0005,
     0.001,
@@ -51,96 +55,73 @@ _LATENCY_BUCKETS = (
 )
 
 
-class OTelTracer:
-    def __init__(self, provider: TracerProvider) -> None:
-        self._provider = provider
-        self._tracer = provider.get_tracer("deja")
-
-    def span(
-        self, name: str, attributes: Mapping[str, AttributeValue] | None = None
-    ) -> AbstractContextManager[SpanNotes]:
-        # The OpenTelemetry span itself: it takes attributes, records an exception that
-        # escapes it, and is the parent of the spans opened inside it (contextvars, so a
-        # task started inside inherits it).
-        return self._tracer.start_as_current_span(name, attributes=dict(attributes or {}))
-
-    def shutdown(self) -> None:
-        self._provider.shutdown()
-
-
-def build_tracer(config: TelemetryConfig, exporter: SpanExporter | None = None) -> StageTracer:
-    """The tracer `config` asks for; with `exporter` (tests), spans go there as they end."""
-    processor: type[SimpleSpanProcessor] | type[BatchSpanProcessor] = BatchSpanProcessor
-    if exporter is not None:
-        processor = SimpleSpanProcessor
-    elif config.traces == "none":
-        return NoopTracer()
-    elif config.traces == "console":
-        exporter = ConsoleSpanExporter(out=sys.stderr)
-    else:
-        assert config.otlp_endpoint, "config validation requires telemetry.otlp_endpoint"
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError as exc:  # pragma: no cover - depends on the installed extras
-            raise ConfigError(
-                "telemetry.traces is otlp but the package"
-                " opentelemetry-exporter-otlp-proto-http is not installed"
-            ) from exc
-        exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint)
-    provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
-    provider.add_span_processor(processor(exporter))
-    return OTelTracer(provider)
-
-
 class _StatsCollector(Collector):
-    def __init__(self, recorder: CacheRecorder, gauges: GaugeSource) -> None:
+    def __init__(self, recorder: CacheRecorder, readings: ReadingSource) -> None:
         self._recorder = recorder
-        self._gauges = gauges
+        self._readings = readings
 
     def collect(self) -> Iterator[Any]:
         s = self._recorder.snapshot()
         hits = CounterMetricFamily(
-            "deja_cache_hits", "Cache hits by tier and match kind", labels=["tier", "match"]
+            "deja_cache_hits",
+            "Requests answered from cache, by tier and match kind",
+            labels=["tier", "match"],
         )
         for (tier, match), n in sorted(s.hits.items()):
             hits.add_metric([tier, match], n)
         yield hits
         yield CounterMetricFamily(
-            "deja_cache_misses", "Lookups that missed every tier", value=s.misses
+            "deja_cache_misses", "Lookups that found nothing in any tier", value=s.misses
         )
         yield CounterMetricFamily(
-            "deja_cache_bypasses", "Requests that skipped the lookup", value=s.bypasses
+            "deja_cache_bypasses",
+            "Requests that skipped the lookup (not cacheable, or asked not to look)",
+            value=s.bypasses,
         )
-        yield CounterMetricFamily("deja_cache_stores", "Answers stored", value=s.stores)
+        yield CounterMetricFamily(
+            "deja_cache_stores", "Answers stored in the cache", value=s.stores
+        )
         yield CounterMetricFamily(
             "deja_coalesced", "Misses that joined another caller's upstream call", value=s.coalesced
         )
-        yield _labelled("deja_degraded", "Degraded answers by kind", "kind", s.degraded)
+        yield _labelled(
+            "deja_degraded",
+            "Answers served in place of the upstream's, by kind",
+            "kind",
+            s.degraded,
+        )
         yield _labelled(
             "deja_tier_errors",
-            "Tier calls that failed (backend unreachable)",
+            "Tier calls that failed (backend unreachable), by tier",
             "tier",
             s.tier_errors,
         )
         yield _labelled(
-            "deja_not_stored", "Finished answers not stored, by reason", "reason", s.not_stored
+            "deja_not_stored",
+            "Finished answers not stored, by reason (an unknown finish reason: other)",
+            "reason",
+            _bounded_reasons(s.not_stored),
         )
         yield _labelled(
             "deja_guard_rejections",
-            "Semantic candidates refused by a meaning guard",
+            "Semantic candidates refused by a meaning guard, by guard",
             "guard",
             s.guard_rejections,
         )
         yield CounterMetricFamily(
+            "deja_evictions_by_feedback",
+            "Entries deleted because their feedback fell below the eviction floor",
+            value=s.evictions_by_feedback,
+        )
+        yield CounterMetricFamily(
             "deja_tokens_saved",
-            "Tokens served from cache instead of the upstream",
+            "Tokens (prompt and completion) served from cache instead of the upstream",
             value=s.prompt_tokens_saved + s.completion_tokens_saved,
         )
         yield CounterMetricFamily(
-            "deja_usd_saved", "Estimated upstream cost saved, USD", value=s.usd_saved
+            "deja_usd_saved", "Estimated upstream cost saved, in US dollars", value=s.usd_saved
         )
-        for name, value in sorted(self._gauges().items()):
-            yield GaugeMetricFamily(f"deja_{name}", name.replace("_", " "), value=value)
+        yield from _families(self._readings())
 
 
 def _labelled(name: str, doc: str, label: str, counts: Mapping[str, int]) -> CounterMetricFamily:
@@ -148,6 +129,35 @@ def _labelled(name: str, doc: str, label: str, counts: Mapping[str, int]) -> Cou
     for key, n in sorted(counts.items()):
         family.add_metric([key], n)
     return family
+
+
+def _bounded_reasons(counts: Mapping[str, int]) -> dict[str, int]:
+    """The known reasons as they are; a finish reason an upstream made up counted as "other"
+    (the upstream chooses it: as a label value it would be unbounded)."""
+    bounded: dict[str, int] = {}
+    for reason, n in counts.items():
+        key = reason if reason in _KNOWN_REASONS else "other"
+        bounded[key] = bounded.get(key, 0) + n
+    return bounded
+
+
+def _families(readings: list[Reading]) -> Iterator[Metric]:
+    """The readings as metric families, one per name, in name order."""
+    by_name: dict[str, list[Reading]] = {}
+    for reading in readings:
+        by_name.setdefault(reading.name, []).append(reading)
+    for name, group in sorted(by_name.items()):
+        first = group[0]
+        labels = [key for key, _ in first.labels]
+        family: GaugeMetricFamily | CounterMetricFamily
+        if first.kind is ReadingKind.COUNTER:
+            family = CounterMetricFamily(f"deja_{name}", first.help, labels=labels)
+        else:
+            family = GaugeMetricFamily(f"deja_{name}", first.help, labels=labels)
+        for reading in group:
+            assert reading.kind is first.kind, f"{name} read as both a gauge and a counter"
+            family.add_metric([value for _, value in reading.labels], reading.value)
+        yield family
 
 
 class RequestMetrics(Collector):
@@ -158,7 +168,9 @@ class RequestMetrics(Collector):
     figures are turned into metric families only when /metrics is scraped.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        # Every cached route's requests (normalize's Route: chat, completions, ...).
+        self._health = RequestHealth(clock, frozenset(map(str, Route)))
         self._counts: dict[tuple[str, str, int], int] = {}
         # (route, cache) → [per-bucket counts (last: +Inf), sum of seconds]
         self._latency: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
@@ -172,6 +184,7 @@ class RequestMetrics(Collector):
             self._latency[(route, cache)] = hist
         hist[0][bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += 1
         hist[1][0] += seconds
+        self._health.observe(route, cache, seconds)
 
     def collect(self) -> Iterator[Any]:
         counts = CounterMetricFamily(
@@ -194,21 +207,47 @@ class RequestMetrics(Collector):
                 cumulative.append((bound, running))
             latency.add_metric([route, cache], cumulative, sum_value=total[0])
         yield latency
+        yield from _families(
+            [
+                *(
+                    gauge(
+                        "hit_ratio",
+                        "Hits over the cached routes' requests of the window",
+                        self._health.hit_ratio(window_s),
+                        window=window,
+                    )
+                    for window, window_s in WINDOWS_S.items()
+                ),
+                *(
+                    gauge(
+                        "fast_hit_ratio",
+                        f"Hits answered within {FAST_HIT_S * 1000:g} ms over all the cached"
+                        " routes' requests of the window",
+                        self._health.fast_hit_ratio(window_s),
+                        window=window,
+                    )
+                    for window, window_s in WINDOWS_S.items()
+                ),
+            ]
+        )
 
 
 class Telemetry:
+    """The app's metrics registry, and its tracer (built by the composition root, which also
+    hands it to the upstream client)."""
+
     def __init__(
         self,
-        config: TelemetryConfig,
         recorder: CacheRecorder,
-        gauges: GaugeSource,
-        span_exporter: SpanExporter | None = None,
+        readings: ReadingSource,
+        clock: Clock,
+        tracer: StageTracer,
     ) -> None:
-        self.registry = CollectorRegistry()
-        self.tracer = build_tracer(config, span_exporter)
-        self._requests = RequestMetrics()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.tracer = tracer
+        self._requests = RequestMetrics(clock)
         self.registry.register(self._requests)
-        self.registry.register(_StatsCollector(recorder, gauges))
+        self.registry.register(_StatsCollector(recorder, readings))
 
     def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
         self._requests.observe_request(route, cache, status, seconds)
@@ -218,9 +257,3 @@ class Telemetry:
 
     def shutdown(self) -> None:
         shutdown_tracer(self.tracer)
-
-
-def shutdown_tracer(tracer: StageTracer) -> None:
-    """Export what is buffered and stop (at shutdown)."""
-    if isinstance(tracer, OTelTracer):
-        tracer.shutdown()

@@ -86,6 +86,9 @@ def validate(route: Route, body: dict[str, Any], max_messages: int) -> None:
         _validate_messages(body.get("messages"), max_messages)
         _check_type(body, "logprobs", bool)
         _check_type(body, "top_logprobs", int)
+    elif route is Route.RESPONSES:
+        _validate_response_fields(body)
+        _validate_input(body.get("input"), max_messages)
     else:
         _validate_prompt(body.get("prompt"))
         _check_type(body, "logprobs", int)
@@ -193,6 +196,64 @@ def _missing(param: str, why: str) -> NoReturn:
         code="missing_required_parameter",
         param=param,
     )
+
+
+def _validate_response_fields(body: dict[str, Any]) -> None:
+    for field in ("background", "store"):
+        _check_type(body, field, bool)
+    for field in ("instructions", "previous_response_id"):
+        _check_type(body, field, str)
+
+
+# The roles of a Responses API input message.
+INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
+
+
+def _validate_input(value: Any, max_items: int) -> None:
+    """A Responses API `input`: absent (a stored prompt or a conversation supplies it), a string,
+    or a non-empty array of items. Only messages are looked into (they build keys); other items
+    are the upstream's to judge."""
+    if value is None or isinstance(value, str):
+        return
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest(
+            "'input' must be a string or a non-empty array of items", param="input"
+        )
+    if len(value) > max_items:
+        raise InvalidRequest(
+            f"'input' has {len(value)} items; the limit is {max_items}", param="input"
+        )
+    for i, item in enumerate(value):
+        path = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"'{path}' must be an object", param=path)
+        if "role" not in item or item.get("type", "message") != "message":
+            continue
+        if not isinstance(item["role"], str) or item["role"] not in INPUT_ROLES:
+            raise InvalidRequest(
+                f"'{path}.role' must be one of {', '.join(sorted(INPUT_ROLES))}",
+                param=f"{path}.role",
+            )
+        _validate_input_content(path, item.get("content"))
+
+
+def _validate_input_content(path: str, content: Any) -> None:
+    param = f"{path}.content"
+    if isinstance(content, str):
+        return
+    if content is None:
+        _missing(param, "a message needs 'content'")
+    if not isinstance(content, list) or not content:
+        raise InvalidRequest(
+            f"'{param}' must be a string or a non-empty array of parts", param=param
+        )
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise InvalidRequest(f"'{param}' parts must be objects", param=f"{param}[{j}]")
+        if part.get("type") in ("input_text", "output_text") and not isinstance(
+            part.get("text"), str
+        ):
+            _missing(f"{param}[{j}].text", "a text part needs 'text', a string")
 
 
 def _validate_prompt(prompt: Any) -> None:

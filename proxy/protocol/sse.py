@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -114,6 +114,22 @@ def encode_event(payload: str) -> bytes:
     return f"data: {payload}\n\n".encode()
 
 
+class StreamAssembler(Protocol):
+    """Folds a stream's JSON events into the answer a non-streamed call returns."""
+
+    saw_done: bool  # a `[DONE]` line arrived
+    error: Any  # an error event's error, if one came
+
+    @property
+    def ended(self) -> bool:
+        """The stream reached what properly ends it."""
+        ...
+
+    def feed(self, chunk: dict[str, Any]) -> None: ...
+
+    def completion(self) -> dict[str, Any] | None: ...
+
+
 class CompletionAssembler:
     """Folds stream chunks into a completion object of the non-streamed shape."""
 
@@ -154,6 +170,10 @@ class CompletionAssembler:
         for key, value in choice.items():
             if key not in ("index", "delta", "text", "logprobs", "finish_reason"):
                 slot[key] = value
+
+    @property
+    def ended(self) -> bool:
+        return self.saw_done
 
     @property
     def finish_reasons(self) -> list[str | None]:
@@ -261,7 +281,7 @@ def _chat_choice_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
                     "finish_reason": None,
                 }
         else:
-            for i, piece in enumerate(_pieces(content)):
+            for i, piece in enumerate(text_pieces(content)):
                 lp = {"content": tokens, "refusal": None} if tokens and i == 0 else None
                 yield {
                     "index": index,
@@ -291,7 +311,7 @@ def _chat_choice_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def _text_choice_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
     index = choice.get("index", 0)
     text = choice.get("text") or ""
-    pieces = list(_pieces(text)) or [""]
+    pieces = list(text_pieces(text)) or [""]
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
         yield {
@@ -302,7 +322,7 @@ def _text_choice_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
         }
 
 
-def _pieces(text: str) -> Iterator[str]:
+def text_pieces(text: str) -> Iterator[str]:
     """Cuts text into pieces of about _REPLAY_PIECE_CHARS at spaces; they concatenate back."""
     start = 0
     while start < len(text):

@@ -29,6 +29,7 @@ from core.clock import Clock, SystemClock
 from core.config import UpstreamConfig
 from core.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from core.http_headers import HOP_BY_HOP
+from core.tracing import TRACE_HEADERS, NoopTracer, StageTracer
 from proxy.upstream.retry_policy import RATE_LIMITED, RetryPolicy, quota_exhausted
 
 # How the wait between two attempts is spent (seconds in, returns when the next may start).
@@ -141,11 +142,13 @@ class UpstreamClient:
         transport: UpstreamTransport,
         rng: random.Random | None = None,
         clock: Clock | None = None,
+        tracer: StageTracer | None = None,
     ) -> None:
         self._config = config
         self._base = config.url.rstrip("/") + "/"
         self._transport = transport
         self._retry = RetryPolicy(config, clock or SystemClock(), rng or random.Random())
+        self._tracer = tracer or NoopTracer()
 
     @property
     def base_url(self) -> str:
@@ -202,16 +205,27 @@ class UpstreamClient:
     async def _send_once(self, request: UpstreamRequest) -> UpstreamResponse:
         url = self._base + request.path + (f"?{request.query}" if request.query else "")
         started = time.monotonic()
+        headers = with_trace_context(request.headers, self._tracer.outgoing_headers())
         try:
             async with asyncio.timeout(self._config.first_byte_timeout_s):
-                response = await self._transport.send(
-                    request.method, url, request.headers, request.body
-                )
+                response = await self._transport.send(request.method, url, headers, request.body)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"the upstream sent nothing within {self._config.first_byte_timeout_s:g} s"
             ) from exc
         return UpstreamResponse(response, self._config, started)
+
+
+def with_trace_context(
+    headers: tuple[tuple[str, str], ...], trace: Mapping[str, str]
+) -> tuple[tuple[str, str], ...]:
+    """`headers` carrying the current span's trace context (`trace`, from the tracer) in place
+    of the client's: the upstream's spans become children of the proxy's. Without one (tracing
+    off) the client's own traceparent goes on unchanged."""
+    if not trace:
+        return headers
+    kept = tuple((k, v) for k, v in headers if k.lower() not in TRACE_HEADERS)
+    return kept + tuple(trace.items())
 
 
 def forward_headers(

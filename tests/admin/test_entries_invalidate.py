@@ -10,6 +10,7 @@ import redis
 
 from tests.admin.conftest import Client, admin_sections
 from tests.conftest import ProxyFactory
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -36,7 +37,8 @@ async def test_an_entry_is_described_and_deleted_everywhere(
     assert entry["tenant"] not in ("", "anonymous", "sk-alice")  # the keyed hash
     message = entry["completion"]["choices"][0]["message"]
     assert message["content"] == "Answer to: What is the capital of France?"
-    assert redis_entries(redis_url) == 1
+    # The description may come from LRU-K before the Redis write has landed.
+    await wait_until(lambda: redis_entries(redis_url) == 1)
 
     deleted = await client.admin("DELETE", f"entries/{entry_id}")
     assert (deleted.status, deleted.body) == (200, {"entry_id": entry_id, "deleted": True})

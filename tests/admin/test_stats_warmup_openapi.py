@@ -192,6 +192,18 @@ async def test_warm_up_without_a_trailing_newline_and_empty(
     assert lines == [{"summary": {"lines": 0, "stored": 0, "failed": 0}}]
 
 
+async def test_warm_up_refuses_responses_lines_by_name(
+    proxy_factory: ProxyFactory, session: aiohttp.ClientSession
+) -> None:
+    # A warmed response's id would be one the upstream may not hold.
+    client = Client(session, await proxy_factory(**admin_sections()))
+    response = {"object": "response", "status": "completed", "output": []}
+    body = orjson.dumps({"request": {"model": "m", "input": "Hi"}, "response": response})
+    _, lines = await warm(client, body)
+    assert "/v1/responses" in lines[0]["error"]
+    assert lines[-1] == {"summary": {"lines": 1, "stored": 0, "failed": 1}}
+
+
 async def test_warmed_logprobs_set_the_ttl_and_are_kept_only_when_asked_for(
     proxy_factory: ProxyFactory, session: aiohttp.ClientSession
 ) -> None:
@@ -226,6 +238,7 @@ async def test_openapi_describes_every_admin_route(
     operations = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert operations == {
         ("/feedback", "post"),
+        ("/entries", "get"),
         ("/entries/{entry_id}", "get"),
         ("/entries/{entry_id}", "delete"),
         ("/invalidate", "post"),

@@ -139,6 +139,19 @@ async def test_invalidate_by_tenant_namespace_and_model(tier: CacheTier) -> None
     assert await tier.count() == 0
 
 
+async def test_matching_lists_what_the_selector_names_across_partitions(tier: CacheTier) -> None:
+    await tier.put(make_entry("a", tenant="t1"))
+    await tier.put(make_entry("b", tenant="t1", namespace="docs"))
+    await tier.put(make_entry("c", tenant="t2", model="other"))
+    await tier.put(in_partition("cd" * 8, "d"))
+    ids = sorted(e.entry_id for e in await tier.matching(Invalidation(tenant="t1")))
+    assert ids == [f"{TAG}-a", f"{TAG}-b"]
+    assert [e.entry_id for e in await tier.matching(Invalidation(model="other"))] == [f"{TAG}-c"]
+    assert len(await tier.matching(Invalidation())) == 4
+    assert all(e.vector is None for e in await tier.matching(Invalidation()))
+    assert await tier.count() == 4  # listing deletes nothing
+
+
 def in_partition(tag: str, name: str) -> Entry:
     """An entry of another partition (its keys and id under `tag`)."""
     return make_entry(

@@ -52,7 +52,9 @@ def built_from_our_dockerfile(service: dict[str, Any]) -> bool:
 
 
 def test_docker_compose_accepts_the_file() -> None:
-    assert set(services()) == {"redis", "modelserver", "proxy", "otel-collector", "prometheus"}
+    assert set(services()) == {
+        "redis", "modelserver", "proxy", "otel-collector", "prometheus", "grafana",
+    }  # fmt: skip
 
 
 def test_docker_compose_refuses_an_invalid_file(tmp_path: Path) -> None:

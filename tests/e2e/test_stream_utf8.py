@@ -3,7 +3,7 @@
 The upstream writes its event stream in slices of 1 to 3 bytes, so Chinese, accented and
 emoji characters and the CRLFs between lines straddle two network reads. Through the official
 openai client, the streamed miss, the stored entry, a streamed hit and a JSON hit must all be
-the upstream's answer, byte for byte, on the chat and the text completions routes.
+the upstream's answer, byte for byte, on the chat, text completions and Responses routes.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ CASES = [
     ("completions", "chinese", "cr"),
     ("completions", "accented", "crlf"),
     ("completions", "emoji", "lf"),
+    ("responses", "chinese", "lf"),
+    ("responses", "accented", "cr"),
+    ("responses", "emoji", "crlf"),
 ]
 
 
@@ -47,6 +50,17 @@ async def sliced() -> AsyncIterator[SlicedUpstream]:
 
 async def ask(client: AsyncOpenAI, route: str, question: str, stream: bool) -> tuple[str, Any]:
     """The answer's text as the client got it, and the response headers."""
+    if route == "responses":
+        responses = client.responses.with_raw_response
+        if not stream:
+            raw_response = await responses.create(model="m", input=question)
+            return raw_response.parse().output_text, raw_response.headers
+        raw_events = await responses.create(model="m", input=question, stream=True)
+        events = [e async for e in raw_events.parse()]
+        deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert events[-1].type == "response.completed"
+        assert deltas == events[-1].response.output_text
+        return deltas, raw_events.headers
     if route == "chat":
         messages: Any = [{"role": "user", "content": question}]
         chat = client.chat.completions.with_raw_response
@@ -81,6 +95,8 @@ async def stored_completion(proxy: RunningProxy, entry_id: str) -> dict[str, Any
 
 
 def stored_text(route: str, completion: dict[str, Any]) -> str:
+    if route == "responses":
+        return str(completion["output"][0]["content"][0]["text"])
     choice = completion["choices"][0]
     return str(choice["message"]["content"] if route == "chat" else choice["text"])
 

@@ -190,6 +190,25 @@ def test_a_streamed_miss_comes_through_the_front_and_its_repeat_is_replayed(
     assert text == "Answer to: " + question
 
 
+def test_responses_go_through_the_front_to_the_worker_and_hit_there(stack: EdgeStack) -> None:
+    # The front answers chat and completions hits only: /v1/responses is the worker's, plain
+    # and streamed, its typed events relayed as they are.
+    body = {"model": "m", "input": "Which river crosses Paris?"}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    miss = http(stack.front, "POST", "/v1/responses", body, headers)
+    assert miss.headers["X-Deja-Cache"] == "miss"
+    stored(stack.front, miss)
+    hit = http(stack.front, "POST", "/v1/responses", body, headers)
+    streamed = http(stack.front, "POST", "/v1/responses", {**body, "stream": True}, headers)
+    assert hit.headers["X-Deja-Cache"] == streamed.headers["X-Deja-Cache"] == "hit"
+    assert hit.body["id"] == miss.body["id"]  # the upstream keeps it: its own id
+    events = [e for e in streamed.raw.decode().split("\n\n") if e]
+    assert events[0].startswith("event: response.created\n")
+    assert events[-1].startswith("event: response.completed\n")
+    completed = json.loads(events[-1].split("data: ", 1)[1])
+    assert completed["response"]["output"] == miss.body["output"]
+
+
 def test_what_the_front_served_is_counted_by_the_worker_and_feedback_finds_it(
     stack: EdgeStack,
 ) -> None:

@@ -82,7 +82,7 @@ class Front:
             self.ledger.record(method, ctx, status, elapsed_s)
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
-        return await self.link.forward(request, request[CONTEXT], await request.read())
+        return await self.link.forward(request, request[CONTEXT], await request.read(), {})
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis
+from openai import OpenAI
 
 from tests.support.processes import ServerProcess, proxy
 from tests.support.redis_server import RedisServer, free_port
@@ -387,3 +388,33 @@ def test_explain_on_hits_says_how_they_were_served_and_only_when_asked(stack: St
     assert explanation["served"] == headers["X-Deja-Match"]
     if headers["X-Deja-Match"] == "semantic":
         assert float(explanation["similarity"]) >= float(explanation["threshold"])
+
+
+def test_responses_paraphrases_hit_with_the_stored_response(stack: Stack) -> None:
+    # /v1/responses goes through the same tiers: a paraphrase of the last user message hits,
+    # plain and streamed, and a store:true hit carries the stored response's own id, which the
+    # upstream can continue from.
+    first = "How do I change my account password?"
+    with OpenAI(base_url=f"{stack.a.url}/v1", api_key="sk-responses", max_retries=0) as client:
+        responses = client.responses.with_raw_response
+        miss = responses.create(model="m", input=first)
+        hit = responses.create(model="m", input="How can I change my account password?")
+        streamed = responses.create(
+            model="m", input="How can I change my account password?", stream=True
+        )
+        events = list(streamed.parse())
+        other = responses.create(model="m", input="How do I delete my account?")
+        after = client.responses.create(
+            model="m", input="Thanks", previous_response_id=hit.parse().id
+        )
+    assert miss.headers["X-Deja-Cache"] == "miss"
+    assert hit.headers["X-Deja-Cache"] == "hit", dict(hit.headers)
+    assert hit.headers["X-Deja-Match"] in ("semantic", "lemma")
+    assert hit.parse().output_text == f"Answer to: {first}"
+    assert hit.parse().id == miss.parse().id
+    assert streamed.headers["X-Deja-Cache"] == "hit", dict(streamed.headers)
+    assert streamed.headers["X-Deja-Match"] == hit.headers["X-Deja-Match"]
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == f"Answer to: {first}"
+    assert other.headers["X-Deja-Cache"] == "miss"
+    assert after.output_text == "Answer to: Thanks"

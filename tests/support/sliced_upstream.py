@@ -1,10 +1,11 @@
 """An upstream whose bytes arrive cut anywhere, as TLS records and proxies deliver them.
 
-It answers chat and text completions with a fixed text per question, in raw UTF-8 (as most
-upstreams send it; `stub_upstream` writes `\\u` escapes, which never cut a character). A
-stream is written in slices of 1 to `max_slice_bytes` bytes, each followed by a pause so the
-reader takes it in a read of its own: the slices cut multi-byte characters and split a CRLF
-between two reads. Its lines end with `line_end` (LF, CRLF or a lone CR, all legal SSE).
+It answers chat and text completions and the Responses API with a fixed text per question, in
+raw UTF-8 (as most upstreams send it; `stub_upstream` writes `\\u` escapes in chat streams, which
+never cut a character). A stream is written in slices of 1 to `max_slice_bytes` bytes, each
+followed by a pause so the reader takes it in a read of its own: the slices cut multi-byte
+characters and split a CRLF between two reads. Its lines end with `line_end` (LF, CRLF or a lone
+CR, all legal SSE).
 What it cut is counted, so a test can check that it did cut what it means to test.
 """
 
@@ -45,6 +46,7 @@ class SlicedUpstream:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/responses", self._responses)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -84,6 +86,24 @@ class SlicedUpstream:
         ]
         eol = self.line_end
         stream = "".join(f"data: {event}{eol}{eol}" for event in events).encode()
+        await self._write_sliced(response, stream)
+        await response.write_eof()
+        return response
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.calls.append({"_route": "responses", **body})
+        answer = self.answers[last_user_text(body)]
+        full = _response(body, answer)
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(full), content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        eol = self.line_end
+        stream = "".join(
+            f"event: {event['type']}{eol}data: {orjson.dumps(event).decode()}{eol}{eol}"
+            for event in _response_events(full, answer)
+        ).encode()
         await self._write_sliced(response, stream)
         await response.write_eof()
         return response
@@ -145,3 +165,46 @@ def _chunks(route: str, head: dict[str, Any], answer: str) -> list[dict[str, Any
         }
         for i, piece in enumerate(pieces)
     ]
+
+
+def _response(body: dict[str, Any], answer: str) -> dict[str, Any]:
+    message = {
+        "type": "message",
+        "id": f"msg_{time.monotonic_ns()}",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": answer, "annotations": []}],
+    }
+    return {
+        "id": f"resp_{time.monotonic_ns()}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": body.get("model", "sliced-model"),
+        "output": [message],
+        "usage": {"input_tokens": 5, "output_tokens": len(answer), "total_tokens": 5 + len(answer)},
+    }
+
+
+def _response_events(full: dict[str, Any], answer: str) -> list[dict[str, Any]]:
+    message = full["output"][0]
+    part = message["content"][0]
+    shell = {**full, "status": "in_progress", "output": []}
+    at = {"item_id": message["id"], "output_index": 0, "content_index": 0}
+    pieces = [answer[i : i + PIECE_CHARS] for i in range(0, len(answer), PIECE_CHARS)]
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": shell},
+        {"type": "response.in_progress", "response": shell},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**message, "status": "in_progress", "content": []},
+        },
+        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
+        *({"type": "response.output_text.delta", **at, "delta": p} for p in pieces),
+        {"type": "response.output_text.done", **at, "text": answer},
+        {"type": "response.content_part.done", **at, "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {"type": "response.completed", "response": full},
+    ]
+    return [{**event, "sequence_number": n} for n, event in enumerate(events)]

@@ -24,6 +24,8 @@ _FAILING = web.RequestKey("stub_failing", bool)
 
 
 def last_user_text(body: dict[str, Any]) -> str:
+    if "input" in body:
+        return _last_input_text(body["input"])
     if "prompt" in body:
         prompt = body["prompt"]
         return prompt if isinstance(prompt, str) else json.dumps(prompt)
@@ -32,6 +34,21 @@ def last_user_text(body: dict[str, Any]) -> str:
             content = message.get("content")
             return content if isinstance(content, str) else json.dumps(content)
     return ""
+
+
+def _last_input_text(value: Any) -> str:
+    """A Responses request's last user text: the string, or its last user message's text."""
+    if isinstance(value, str):
+        return value
+    for item in reversed(value if isinstance(value, list) else []):
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(
+                str(part.get("text")) for part in content or [] if part.get("type") == "input_text"
+            )
+    return json.dumps(value)
 
 
 @dataclass
@@ -58,6 +75,9 @@ class Behaviour:
     failures: int | None = None
     error_code: str | None = None
     error_headers: dict[str, str] = field(default_factory=dict)
+    # /v1/responses: the status a response ends with ("completed", "incomplete", "failed"),
+    # plain or streamed (then its terminal event is response.<status>).
+    response_status: str = "completed"
 
 
 @dataclass
@@ -75,6 +95,8 @@ class StubUpstream:
     paths: list[str] = field(default_factory=list)
     arrivals_s: list[float] = field(default_factory=list)
     failed: int = 0
+    # /v1/responses kept by id (every one whose request did not say `store: false`).
+    stored_responses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -85,6 +107,8 @@ class StubUpstream:
         app.router.add_post(f"{self.prefix}/chat/completions", self._chat)
         app.router.add_post(f"{self.prefix}/completions", self._completions)
         app.router.add_get(f"{self.prefix}/models", self._models)
+        app.router.add_post(f"{self.prefix}/responses", self._responses)
+        app.router.add_get(f"{self.prefix}/responses/{{response_id}}", self._get_response)
         app.router.add_route("*", f"{self.prefix}/echo/{{tail:.*}}", self._echo)
         self._runner = web.AppRunner(app, handler_cancellation=True)
         await self._runner.setup()
@@ -115,6 +139,9 @@ class StubUpstream:
 
     def completion_calls(self) -> int:
         return sum(1 for c in self.calls if c.get("_route") in ("chat", "completions"))
+
+    def response_calls(self) -> int:
+        return sum(1 for c in self.calls if c.get("_route") == "responses")
 
     async def _models(self, request: web.Request) -> web.Response:
         if request[_FAILING]:
@@ -347,6 +374,176 @@ class StubUpstream:
         await response.write_eof()
         return response
 
+    # The Responses API (/v1/responses), as OpenAI documents it: a response object, or its
+    # typed event stream; kept by id unless `store: false`; continued with
+    # `previous_response_id`, which must name a kept response.
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.calls.append({"_route": "responses", **body})
+        self.headers_seen.append(dict(request.headers))
+        b = self.behaviour
+        self.active += 1
+        try:
+            if b.hang:
+                await asyncio.sleep(3600)
+            if b.delay_s:
+                await asyncio.sleep(b.delay_s)
+            if b.status >= 300 and (b.failures is None or request[_FAILING]):
+                return self._failure()
+            previous = body.get("previous_response_id")
+            if previous is not None and previous not in self.stored_responses:
+                return _error(
+                    400,
+                    f"Previous response with id '{previous}' not found.",
+                    "previous_response_not_found",
+                    param="previous_response_id",
+                )
+            words = _words(b.answer(body))
+            response = self._response(body, words)
+            if body.get("store") is not False:
+                self.stored_responses[response["id"]] = response
+            if body.get("background") is True:
+                return web.json_response({**response, "status": "queued", "output": []})
+            if body.get("stream"):
+                return await self._stream_response(request, response, words)
+            return web.json_response(response)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.active -= 1
+
+    async def _get_response(self, request: web.Request) -> web.Response:
+        response_id = request.match_info["response_id"]
+        self.calls.append({"_route": "get_response", "id": response_id})
+        response = self.stored_responses.get(response_id)
+        if response is None:
+            return _error(404, f"Response with id '{response_id}' not found.")
+        return web.json_response(response)
+
+    def _response(self, body: dict[str, Any], words: list[str]) -> dict[str, Any]:
+        b = self.behaviour
+        stamp = time.monotonic_ns()
+        output: list[dict[str, Any]] = [
+            {
+                "type": "message",
+                "id": f"msg_{stamp}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "".join(words), "annotations": []}],
+            }
+        ]
+        if b.tool_calls:
+            output = [
+                {
+                    "type": "function_call",
+                    "id": f"fc_{stamp}_{i}",
+                    "call_id": call["id"],
+                    "name": call["function"]["name"],
+                    "arguments": call["function"]["arguments"],
+                    "status": "completed",
+                }
+                for i, call in enumerate(b.tool_calls)
+            ]
+        status = b.response_status
+        return {
+            "id": f"resp_{stamp:x}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": status,
+            "error": {"code": "server_error", "message": "stub failure"}
+            if status == "failed"
+            else None,
+            "incomplete_details": {"reason": "max_output_tokens"}
+            if status == "incomplete"
+            else None,
+            "instructions": body.get("instructions"),
+            "model": body.get("model", "stub-model"),
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": body.get("previous_response_id"),
+            "store": body.get("store") is not False,
+            "temperature": body.get("temperature", 1.0),
+            "text": body.get("text") or {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools") or [],
+            "top_p": body.get("top_p", 1.0),
+            "truncation": body.get("truncation", "disabled"),
+            "usage": {
+                "input_tokens": 7,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": len(words),
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 7 + len(words),
+            },
+            "metadata": body.get("metadata") or {},
+        }
+
+    async def _stream_response(
+        self, request: web.Request, full: dict[str, Any], words: list[str]
+    ) -> web.StreamResponse:
+        b = self.behaviour
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        shell = {**full, "status": "in_progress", "output": [], "usage": None}
+        events: list[dict[str, Any]] = [
+            {"type": "response.created", "response": shell},
+            {"type": "response.in_progress", "response": shell},
+        ]
+        for index, item in enumerate(full["output"]):
+            events.extend(_item_events(index, item, words))
+        events.append({"type": f"response.{full['status']}", "response": full})
+        for n, event in enumerate(events):
+            if b.inject_event is not None and n == b.inject_event[0]:
+                await response.write(f"data: {b.inject_event[1]}\n\n".encode())
+            if b.drop_after_chunks is not None and n >= b.drop_after_chunks:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            data = json.dumps({**event, "sequence_number": n}, ensure_ascii=False)
+            await response.write(f"event: {event['type']}\ndata: {data}\n\n".encode())
+            if b.chunk_delay_s:
+                await asyncio.sleep(b.chunk_delay_s)
+        await response.write_eof()
+        return response
+
+
+def _item_events(index: int, item: dict[str, Any], words: list[str]) -> list[dict[str, Any]]:
+    """One output item's events: added, its content streamed (text word by word), done."""
+    where = {"item_id": item["id"], "output_index": index}
+    if item["type"] == "function_call":
+        args = item["arguments"]
+        half = len(args) // 2
+        return [
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "arguments": "", "status": "in_progress"},
+            },
+            {"type": "response.function_call_arguments.delta", **where, "delta": args[:half]},
+            {"type": "response.function_call_arguments.delta", **where, "delta": args[half:]},
+            {"type": "response.function_call_arguments.done", **where, "arguments": args},
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        ]
+    part = item["content"][0]
+    at = {**where, "content_index": 0}
+    return [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "content": [], "status": "in_progress"},
+        },
+        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
+        *(
+            {"type": "response.output_text.delta", **at, "delta": word, "logprobs": []}
+            for word in words
+        ),
+        {"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []},
+        {"type": "response.content_part.done", **at, "part": part},
+        {"type": "response.output_item.done", "output_index": index, "item": item},
+    ]
+
 
 def _words(text: str) -> list[str]:
     """Splits text into word pieces that concatenate back to it (spaces stay on the words)."""
@@ -362,13 +559,16 @@ def _words(text: str) -> list[str]:
 
 
 def _error(
-    status: int, message: str, code: str | None = None, headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+    param: str | None = None,
 ) -> web.Response:
     kind = "invalid_request_error" if status < 500 else "server_error"
     if status == 429:
         kind = "insufficient_quota" if code == "insufficient_quota" else "rate_limit_error"
-    return web.json_response(
-        {"error": {"message": message, "type": kind, "code": code}},
-        status=status,
-        headers=headers,
-    )
+    error: dict[str, Any] = {"message": message, "type": kind, "code": code}
+    if param is not None:
+        error["param"] = param
+    return web.json_response({"error": error}, status=status, headers=headers)

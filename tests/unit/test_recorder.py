@@ -24,8 +24,8 @@ def test_each_event_counts_under_its_label() -> None:
     recorder = CacheRecorder()
     recorder.hit(TierName.LRU_K, MatchKind.EXACT, 10, 20, 0.5)
     recorder.hit("semantic", "lemma", 1, 2, 0.25)
-    recorder.miss()
-    recorder.miss()
+    recorder.miss("p1")
+    recorder.miss("p1")
     recorder.bypass()
     recorder.coalesced()
     recorder.degraded(DegradeKind.STALE)
@@ -57,7 +57,7 @@ def test_a_snapshot_is_read_only_and_stays_as_taken() -> None:
     recorder.degraded(DegradeKind.FALLBACK)
     counts = recorder.snapshot()
     recorder.degraded(DegradeKind.FALLBACK)
-    recorder.miss()
+    recorder.miss("p1")
     assert counts.degraded == {"fallback": 1}
     assert counts.degraded["stale"] == 0  # a label never recorded reads 0
     assert counts.misses == 0
@@ -111,7 +111,7 @@ def test_taking_the_served_counts_leaves_zero_and_the_rest_alone() -> None:
     front = CacheRecorder()
     front.hit("lru_k", "exact", 7, 3, 0.125)
     front.tier_error("redis")
-    front.miss()
+    front.miss("p1")
     front.stored()
     taken = front.take_served()
     assert taken == ServedCounts({("lru_k", "exact"): 1}, {"redis": 1}, 7, 3, 0.125)

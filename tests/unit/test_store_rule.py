@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from normalize.keys.request import Route
 from proxy.answering.store_rule import StoreRule
 
 
@@ -33,6 +34,27 @@ def completion(*reasons: Any) -> dict[str, Any]:
 def test_what_is_stored_and_why_not(
     answer: Any, by_default: str | None, without_truncated: str | None
 ) -> None:
-    assert StoreRule().refusal(answer) == by_default
-    assert StoreRule(store_truncated=True).refusal(answer) == by_default
-    assert StoreRule(store_truncated=False).refusal(answer) == without_truncated
+    assert StoreRule().refusal(answer, Route.CHAT) == by_default
+    assert StoreRule(store_truncated=True).refusal(answer, Route.CHAT) == by_default
+    assert StoreRule(store_truncated=False).refusal(answer, Route.CHAT) == without_truncated
+
+
+@pytest.mark.parametrize(
+    ("response", "refusal"),
+    [
+        ({"object": "response", "status": "completed", "output": []}, None),
+        ({"object": "response", "status": "incomplete"}, "incomplete"),
+        ({"object": "response", "status": "failed"}, "error"),
+        ({"object": "response", "status": "in_progress"}, "unfinished"),
+        ({"object": "response"}, "unfinished"),
+        (completion("stop"), "no_choices"),
+    ],
+)
+def test_a_response_is_stored_only_when_completed(response: Any, refusal: str | None) -> None:
+    # Never an incomplete one, not even with store_truncated on.
+    assert StoreRule(store_truncated=True).refusal(response, Route.RESPONSES) == refusal
+
+
+def test_a_response_without_its_object_field_is_still_a_response() -> None:
+    response = {"id": "resp_1", "status": "completed", "output": []}
+    assert StoreRule().refusal(response, Route.RESPONSES) is None

@@ -143,6 +143,9 @@ class CountedShared:
     async def invalidate(self, selector: Any) -> int:
         return 0
 
+    async def matching(self, selector: Any) -> list[Entry]:
+        return []
+
     async def count(self) -> int:
         return len({e.entry_id for e in self.writes})
 

@@ -1,12 +1,11 @@
-"""The `deja` command.
+"""`deja serve` and `deja config`: the proxy itself, and its effective configuration.
 
     deja serve [--config FILE] [--host H] [--port P] [--upstream URL] [--redis URL]
                [--admin-token T] [--log-level LEVEL]
-    deja modelserver [--host H] [--port P] [--model smollm2|PATH] [--device auto|cpu|cuda] ...
-    deja config [--config FILE]        print the effective configuration (secrets masked)
+    deja config [--config FILE] [same flags]   print the effective configuration (secrets masked)
 
 Flags beat the environment (DEJA_<SECTION>__<KEY>), which beats the file, which beats the
-defaults. This is the one place that reads os.environ.
+defaults. `deja doctor` reads the configuration through the same flags (`add_config_flags`).
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from core.config import DejaConfig
-from core.config_loader import load_config
-from core.errors import ConfigError
+from proxy.cli.config_flags import add_config_flags, config_from
 
 _SECRETS = {
     ("upstream", "api_key"),
@@ -34,83 +32,37 @@ _SECRETS = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "modelserver":
-        from modelserver.cli import main as modelserver_main
-
-        return modelserver_main(args[1:])
-    parser = _parser()
-    ns = parser.parse_args(args)
-    if ns.command is None:
-        parser.print_help()
-        return 2
-    try:
-        # `validate` finds every configuration error here, before anything starts; the same
-        # line for one that only building the app finds (an invariant it should have held).
-        config = _config_from(ns)
-        if ns.command == "config":
-            print(json.dumps(_masked(config), indent=2))
-            return 0
-        if ns.worker_socket:
-            return _serve_worker(config, ns.log_level, ns.worker_socket)
-        if config.server.edge:
-            return _serve_edge(config, ns.log_level, args)
-        return _serve(config, ns.log_level)
-    except ConfigError as exc:
-        print(f"deja: {exc.message}", file=sys.stderr)
-        return 2
-
-
-class _Parser(argparse.ArgumentParser):
-    """A usage mistake is one line on stderr, as a configuration error is."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="deja", description="Deja: a semantic cache for OpenAI-compatible APIs")
-    sub = parser.add_subparsers(dest="command")
+def register(sub: Any) -> None:
     serve = sub.add_parser("serve", help="run the caching proxy")
-    for p in (serve, sub.add_parser("config", help="print the effective configuration")):
-        p.add_argument(
-            "--config", help="YAML config file (default: $DEJA_CONFIG, else built-in defaults)"
-        )
-        p.add_argument("--host", help="address to listen on (server.host)")
-        p.add_argument("--port", type=int, help="port to listen on (server.port)")
-        p.add_argument(
-            "--upstream", help="upstream base URL, e.g. http://host:8081/v1 (upstream.url)"
-        )
-        p.add_argument("--redis", help="redis:// URL; empty turns the Redis tier off (redis.url)")
-        p.add_argument("--admin-token", help="bearer token for /admin/v1 (admin.token)")
-        p.add_argument(
-            "--log-level",
-            default="INFO",
-            type=str.upper,
-            choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-            help="DEBUG, INFO, WARNING, ERROR",
-        )
+    add_config_flags(serve)
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="DEBUG, INFO, WARNING, ERROR",
+    )
     # Edge mode's worker (proxy/edge/worker_process.py): started by the front, not by hand.
     serve.add_argument("--worker-socket", help=argparse.SUPPRESS)
-    sub.add_parser("modelserver", help="run the local model server (see `deja modelserver --help`)")
-    return parser
+    serve.set_defaults(run=run_serve)
+    config = sub.add_parser("config", help="print the effective configuration (secrets masked)")
+    add_config_flags(config)
+    config.add_argument("--log-level", help=argparse.SUPPRESS)  # accepted, as serve's flags
+    config.set_defaults(run=run_config)
 
 
-def _config_from(ns: argparse.Namespace) -> DejaConfig:
-    overrides: dict[str, dict[str, Any]] = {}
-    flags = {
-        ("server", "host"): ns.host,
-        ("server", "port"): ns.port,
-        ("upstream", "url"): ns.upstream,
-        ("redis", "url"): ns.redis,
-        ("admin", "token"): ns.admin_token,
-    }
-    for (section, key), value in flags.items():
-        if value is not None:
-            overrides.setdefault(section, {})[key] = value
-    path = ns.config or os.environ.get("DEJA_CONFIG") or None
-    return load_config(path, os.environ, overrides)
+def run_config(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    print(json.dumps(_masked(config_from(ns, environ)), indent=2))
+    return 0
+
+
+def run_serve(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    config = config_from(ns, environ)
+    if ns.worker_socket:
+        return _serve_worker(config, ns.log_level, ns.worker_socket)
+    if config.server.edge:
+        return _serve_edge(config, ns.log_level, ns.argv)
+    return _serve(config, ns.log_level)
 
 
 def _masked(config: DejaConfig) -> dict[str, Any]:
@@ -199,7 +151,3 @@ def _run(
             ", edge mode" if config.server.edge else "",
         ),
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
