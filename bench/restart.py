@@ -107,6 +107,7 @@ class Replica:
             self.config,
             cursor,
             snapshots,
+            SystemClock(),
         )
         self.loader.models_loaded()
         self.stream = StreamReplication(

@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from core.clock import Clock
 from core.errors import CorruptEntry, SnapshotUnreadable, TierUnavailable
 from core.semantic_config import SemanticConfig
 from normalize.keys.request import PARTITION_TAG_CHARS
@@ -50,8 +51,10 @@ class PartitionLoader:
         config: SemanticConfig,
         cursor: StreamCursor,
         snapshots: SnapshotStore | None,
+        clock: Clock,
     ) -> None:
         self._semantic = semantic
+        self._clock = clock
         self._redis = redis
         self._conn = connection
         self._stream_key = stream_key
@@ -127,7 +130,7 @@ class PartitionLoader:
 
     async def _from_redis(self, tag: str) -> None:
         removed = self._removed[tag]
-        async for entry in self._redis.scan_entries(with_vectors=True, tag=tag):
+        async for entry in self._redis.partition_entries(tag, self._clock.time()):
             if entry.entry_id in removed:
                 continue
             try:

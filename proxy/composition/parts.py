@@ -226,7 +226,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             s = config.semantic
             snapshots = SnapshotStore(s.snapshot_dir, s) if s.snapshot_dir else None
             partitions = PartitionLoader(
-                semantic, redis_tier, redis, stream_key(config.redis), s, cursor, snapshots
+                semantic, redis_tier, redis, stream_key(config.redis), s, cursor, snapshots, clock
             )
         replication = StreamReplication(
             redis,

@@ -116,6 +116,7 @@ class Replica:
             self.config,
             cursor,
             snapshots,
+            SystemClock(),
         )
         self.loader.models_loaded()
         self.stream = StreamReplication(
@@ -191,13 +192,16 @@ async def replicas(redis_url: str) -> AsyncIterator[Replicas]:
 
 
 async def test_a_partition_loads_when_first_asked_and_hits_once_loaded(
-    replicas: Replicas,
+    replicas: Replicas, redis_url: str
 ) -> None:
     a = await replicas.make()
     for n in range(3):
         await a.put(entry(P1, f"e{n}", n))
+        await a.put(entry(P2, f"e{n}", n))  # another partition: not read by P1's load
     b = await replicas.make()
     assert await b.hits(P1, 0) == [] and b.loader.held() == []
+    with redis.Redis.from_url(redis_url) as client:
+        client.config_resetstat()
     b.loader.want(P1)  # what a lookup does first, exact hit or not
     # The ask returns at once; the load runs in the background, the lookup goes on without it.
     assert b.loader.loading() == [tag(P1)]
@@ -205,7 +209,11 @@ async def test_a_partition_loads_when_first_asked_and_hits_once_loaded(
     await b.loaded(P1)
     assert b.loader.loading() == []
     assert [await b.hits(P1, n) for n in range(3)] == [["e0"], ["e1"], ["e2"]]
-    assert b.loader.loaded_from_redis == 1
+    assert b.loader.loaded_from_redis == 1 and b.semantic.size() == 3
+    with redis.Redis.from_url(redis_url) as client:
+        commands = client.info("commandstats")
+    # Read from the partition's own hash: no SCAN of every partition's keys.
+    assert "cmdstat_scan" not in commands and commands["cmdstat_hgetall"]["calls"] == 3
     # From now on the stream keeps it current.
     await a.put(entry(P1, "e3", 3))
     await wait_until(lambda: b.semantic.tag_size(tag(P1)) == 4)
