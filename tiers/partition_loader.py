@@ -33,7 +33,7 @@ from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
 from tiers.replication import EventKind, ReplicationEvent, StreamCursor
 from tiers.semantic.residency import PartitionResidency
-from tiers.semantic.snapshot import Snapshot, SnapshotStore
+from tiers.semantic.snapshot import Restored, Snapshot, SnapshotStore
 from tiers.semantic.tier import SemanticTier
 
 _log = logging.getLogger("deja.partitions")
@@ -76,7 +76,9 @@ class PartitionLoader:
         self.snapshot_failures = 0
 
     def want(self, partition: str) -> None:
-        tag = partition[:PARTITION_TAG_CHARS]
+        self._start(partition[:PARTITION_TAG_CHARS])
+
+    def _start(self, tag: str) -> None:
         if self._residency.touch(tag):
             self._removed[tag] = set()
             task = asyncio.get_running_loop().create_task(self._load(tag), name=f"deja-load-{tag}")
@@ -104,9 +106,12 @@ class PartitionLoader:
         return self._residency.held()
 
     async def _load(self, tag: str) -> None:
-        await self._models.wait()
         try:
-            if not await self._from_snapshot(tag):
+            # The snapshot is read and restored while the models may still load; what needs
+            # them (the dimensions, the index itself) waits for them.
+            restored = await self._restored(tag)
+            await self._models.wait()
+            if restored is None or not await self._from_snapshot(tag, *restored):
                 await self._from_redis(tag)
         except TierUnavailable as exc:
             # Redis is down: forget the partition; the next lookup there tries again.
@@ -116,6 +121,22 @@ class PartitionLoader:
         self._removed.pop(tag, None)
         self._residency.loaded(tag)
         await self.enforce_budget(keep=tag)
+
+    def resume(self) -> list[str]:
+        """At start, before any lookup: load the partitions with the newest snapshots, as many
+        as their files' sizes fit `semantic.max_memory_bytes` (a snapshot is smaller than what
+        it loads into, so this stays under the budget). They were held when the replica
+        stopped; reading them back begins while the models load. Returns their tags."""
+        if self._snapshots is None:
+            return []
+        resumed, budget = [], self._config.max_memory_bytes
+        for tag, size in self._snapshots.newest():
+            if size > budget:
+                break
+            budget -= size
+            self._start(tag)
+            resumed.append(tag)
+        return resumed
 
     def _finished(self, tag: str, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -140,11 +161,26 @@ class PartitionLoader:
         self.loaded_from_redis += 1
         _log.info("partition %s loaded from redis: %d entries", tag, self._semantic.tag_size(tag))
 
-    async def _from_snapshot(self, tag: str) -> bool:
-        """Whether the partition was restored from its snapshot and caught up."""
+    async def _restored(self, tag: str) -> tuple[Snapshot, list[Restored]] | None:
+        """The partition's snapshot, read and restored with fresh vector ids (None: none, or
+        unusable, and then deleted)."""
         snapshot = await self._read_snapshot(tag)
         if snapshot is None:
-            return False
+            return None
+        assert self._snapshots is not None
+        restored = []
+        for image in snapshot.images:
+            first = self._semantic.reserve_ids(image.vectors())
+            try:
+                restored.append(await asyncio.to_thread(self._snapshots.restore, image, first))
+            except (ValueError, IndexError, RuntimeError) as exc:  # inconsistent columns
+                _log.warning("unusable snapshot of %s, deleted (rebuilding): %r", tag, exc)
+                self._snapshots.discard(tag)
+                return None
+        return snapshot, restored
+
+    async def _from_snapshot(self, tag: str, snapshot: Snapshot, restored: list[Restored]) -> bool:
+        """Whether the partition was installed from its restored snapshot and caught up."""
         if not await self._stream_covers(snapshot.stream_id):
             _log.info("snapshot of %s is older than the stream covers: rebuilding", tag)
             return False
@@ -152,17 +188,8 @@ class PartitionLoader:
         if any(dims.get(image.language) != image.dim for image in snapshot.images):
             _log.info("snapshot of %s is another model's: rebuilding", tag)
             return False
-        assert self._snapshots is not None
-        for image in snapshot.images:
-            first = self._semantic.reserve_ids(image.vectors())
-            try:
-                restored = await asyncio.to_thread(self._snapshots.restore, image, first)
-            except (ValueError, IndexError, RuntimeError) as exc:  # inconsistent columns
-                _log.warning("unusable snapshot of %s, deleted (rebuilding): %r", tag, exc)
-                self._snapshots.discard(tag)
-                self._semantic.drop_partition(tag)
-                return False
-            await self._semantic.install(restored, self._removed[tag])
+        for each in restored:
+            await self._semantic.install(each, self._removed[tag])
         if not await self._replay(tag, snapshot.stream_id):
             _log.info("an invalidation followed the snapshot of %s: rebuilding", tag)
             self._semantic.drop_partition(tag)

@@ -162,6 +162,10 @@ async def warm_up(store: StoreParts, readiness: Readiness) -> None:
     """Load the models, note where the replication stream is, then follow the other replicas.
     Partitions of the semantic index load on demand from then on."""
     try:
+        if store.partitions is not None:
+            # The partitions held when the replica stopped, read back from their snapshots
+            # while the models load (installed once they are).
+            store.partitions.resume()
         if store.features is not None and store.semantic is not None:
             await store.features.start()
             for language, dim in store.features.dims.items():

@@ -417,6 +417,21 @@ async def test_an_unchanged_partition_only_moves_its_snapshot_on_in_the_stream(
     assert [await restarted.hits(P1, n) for n in range(3)] == [["e0"], ["e1"], ["e2"]]
 
 
+async def test_a_restart_resumes_the_snapshotted_partitions_before_any_lookup(
+    replicas: Replicas, tmp_path: Path
+) -> None:
+    await snapshotted(replicas, tmp_path, names=3)
+    size = (tmp_path / f"{tag(P1)}.npz").stat().st_size
+    # A budget smaller than the snapshot: nothing is resumed (it would not fit).
+    small = await replicas.make(tmp_path, flat_max_entries=0, max_memory_bytes=size - 1)
+    assert small.loader.resume() == [] and small.loader.loading() == []
+    restarted = await replicas.make(tmp_path, flat_max_entries=0)
+    assert restarted.loader.resume() == [tag(P1)]
+    await restarted.loaded(P1)  # nobody asked: it was held when the replica stopped
+    assert restarted.loader.loaded_from_snapshot == 1
+    assert [await restarted.hits(P1, n) for n in range(3)] == [["e0"], ["e1"], ["e2"]]
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "missing"])
 async def test_a_damaged_or_missing_snapshot_falls_back_to_a_rebuild(
     replicas: Replicas, tmp_path: Path, damage: str

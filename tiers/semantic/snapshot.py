@@ -164,6 +164,13 @@ class SnapshotStore:
         stream_id = self._restamped(tag, str(head.get("content")), str(head["stream_id"]))
         return Snapshot(tag, stream_id, images)
 
+    def newest(self) -> list[tuple[str, int]]:
+        """(tag, file size in bytes) of every snapshot, the most recently written first."""
+        if not self._dir.is_dir():
+            return []
+        files = [(path.stat(), path.stem) for path in self._dir.glob("*.npz")]
+        return [(tag, st.st_size) for st, tag in sorted(files, key=lambda f: -f[0].st_mtime)]
+
     def discard(self, tag: str) -> None:
         self.path(tag).unlink(missing_ok=True)
         self._stamp(tag).unlink(missing_ok=True)
