@@ -42,14 +42,17 @@ async def readyz(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[st
 
 
 def multiply(redis_url: str, prefix: str, entry_id: str, copies: int) -> None:
-    """`copies` more records in the entry's partition, each under an id and key of its own."""
+    """`copies` more records in the entry's partition, each under an id and key of its own, and
+    named in the partition's hash as a store names them (tiers/redis_tier.py)."""
     tag = entry_id[:16]
     with redis.Redis.from_url(redis_url) as client:
         original = decode_fields(client.hgetall(f"{prefix}:{{{tag}}}:e:{entry_id}"))
+        expiry_ms = int(original.hard_expires_at * 1000)
         pipe = client.pipeline(transaction=False)
         for n in range(copies):
             copy = replace(original, entry_id=f"{tag}-seed{n}", exact_key=f"{tag}seed{n}")
             pipe.hset(f"{prefix}:{{{tag}}}:e:{copy.entry_id}", mapping=encode_fields(copy, 1 << 20))
+            pipe.hset(f"{prefix}:{{{tag}}}:p", copy.entry_id, expiry_ms)
         pipe.execute()
 
 
@@ -72,6 +75,9 @@ async def test_ready_while_a_partition_loads_and_the_body_lists_it(
 
         first = await ask(session, completions, "How do I reset my PIN?", "sk-first")
         tag = first[:16]
+        record = f"{parts.config.redis.key_prefix}:{{{tag}}}:e:{first}"
+        with redis.Redis.from_url(redis_url) as client:
+            await wait_until(lambda: client.exists(record))
         await wait_until(lambda: tag in loader.held())
         await ask(session, completions, "How do I close my account?", "sk-second")
         await wait_until(lambda: tag not in loader.held())  # dropped: the coldest, over budget
