@@ -82,9 +82,11 @@ class Stack:
             port = free_port()
             self.stub = ServerProcess("stub", stub_argv(port), port)
             self.stub.wait_ready("/v1/models", timeout_s=30)
-            self.replicas = [self.replica() for _ in range(2)]
-            for replica in self.replicas:
-                replica.wait_ready(timeout_s=300)
+            # One after the other: two replicas loading their models at once on a small
+            # machine each take twice as long.
+            for _ in range(2):
+                self.replicas.append(self.replica())
+                self.replicas[-1].wait_ready(timeout_s=300)
         except BaseException:
             self.close()
             raise
