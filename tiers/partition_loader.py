@@ -97,6 +97,11 @@ class PartitionLoader:
         if loading is not None:
             loading.add(entry_id)
 
+    def state(self, tag: str) -> str | None:
+        """ "loading", "held", or None (not held)."""
+        state = self._residency.state(tag)
+        return None if state is None else str(state)
+
     def loading(self) -> list[str]:
         """The tags of the partitions loading now."""
         return self._residency.loading()

@@ -36,8 +36,10 @@ async def ask(session: aiohttp.ClientSession, url: str, question: str, key: str)
         return response.headers["X-Deja-Entry"]
 
 
-async def readyz(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, Any]]:
-    async with session.get(url) as response:
+async def readyz(
+    session: aiohttp.ClientSession, url: str, partition: str
+) -> tuple[int, dict[str, Any]]:
+    async with session.get(url, params={"partition": partition}) as response:
         return response.status, await response.json()
 
 
@@ -70,11 +72,10 @@ async def test_ready_while_a_partition_loads_and_the_body_lists_it(
     assert parts.readiness.error is None and loader is not None
     completions, health = proxy.url("/v1/chat/completions"), proxy.url("/readyz")
     async with aiohttp.ClientSession() as session:
-        status, body = await readyz(session, health)
-        assert status == 200 and body["semantic"]["partitions"]["held"] == []
-
         first = await ask(session, completions, "How do I reset my PIN?", "sk-first")
         tag = first[:16]
+        status, body = await readyz(session, health, first)  # an entry id names its partition
+        assert status == 200 and body["semantic"]["partitions"]["partition"]["tag"] == tag
         record = f"{parts.config.redis.key_prefix}:{{{tag}}}:e:{first}"
         with redis.Redis.from_url(redis_url) as client:
             await wait_until(lambda: client.exists(record))
@@ -85,13 +86,16 @@ async def test_ready_while_a_partition_loads_and_the_body_lists_it(
 
         again = await ask(session, completions, "How do I reset my PIN?", "sk-first")
         assert again == first  # an exact hit, from Redis, while the partition loads again
-        status, body = await readyz(session, health)
+        status, body = await readyz(session, health, tag)
         assert status == 200, body
-        assert body["status"] == "ready" and body["semantic"]["partitions"]["loading"] == [tag]
+        partitions = body["semantic"]["partitions"]
+        assert body["status"] == "ready" and partitions["loading"] == [tag]
+        assert partitions["partition"] == {"tag": tag, "state": "loading"}
 
         await wait_until(lambda: tag in loader.held(), timeout_s=60)
-        status, body = await readyz(session, health)
-        assert status == 200 and body["semantic"]["partitions"]["loading"] == []
-        assert tag in body["semantic"]["partitions"]["held"]
+        status, body = await readyz(session, health, tag)
+        partitions = body["semantic"]["partitions"]
+        assert status == 200 and partitions["loading"] == [] and partitions["held"] == 1
+        assert partitions["partition"] == {"tag": tag, "state": "held"}
         assert parts.store.semantic is not None
         assert parts.store.semantic.tag_size(tag) == SEEDED + 1

@@ -198,9 +198,10 @@ def wait_held(server: ServerProcess, tag: str, timeout_s: float = 10.0) -> None:
     """Until the replica's /readyz lists the partition with this tag as held (loaded)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        with urllib.request.urlopen(f"{server.url}/readyz", timeout=10) as response:
+        url = f"{server.url}/readyz?partition={tag}"
+        with urllib.request.urlopen(url, timeout=10) as response:
             partitions = json.loads(response.read())["semantic"]["partitions"]
-        if tag in partitions["held"]:
+        if partitions["partition"]["state"] == "held":
             return
         assert time.monotonic() < deadline, f"partition {tag} not loaded: {partitions}"
         time.sleep(0.05)
