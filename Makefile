@@ -25,6 +25,7 @@ venv: $(STAMP)
 
 system:
 	@scripts/ensure-system.sh
+	@scripts/ensure-node-sdk.sh
 
 lint: venv
 	$(BIN)/ruff check .

@@ -25,11 +25,14 @@ class ServerConfig:
     port: int = setting(8080, "port the proxy listens on", ge=1, le=65535)
     # Bodies are refused before they are parsed, so a huge body costs no parsing time.
     max_body_bytes: int = setting(
-        4 * 1024 * 1024, "completion request bodies above this get 413", ge=1024
+        4 * 1024 * 1024, "completion and embeddings request bodies above this get 413", ge=1024
     )
+    # Enforced while the body streams through (it is never held whole): uploads of files,
+    # audio and batch inputs run to hundreds of MB.
     max_passthrough_bytes: int = setting(
-        64 * 1024 * 1024,
-        "bodies of pass-through requests (/v1/files, ...) may be this large",
+        1024 * 1024 * 1024,
+        "bodies of pass-through requests (/v1/files, audio, ...) may be this large; streamed"
+        " through, 413 once past it",
         ge=1,
     )
     # It protects hashing and spaCy time.
@@ -53,6 +56,43 @@ class ServerConfig:
         True,
         "with `server.edge`: the worker runs at idle priority (SCHED_IDLE, else nice 19),"
         " so a hit arriving preempts it at once",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeConfig:
+    """Edge mode across machines: light fronts relaying to a shared pool of workers over TCP
+    (README, "Shared workers"). Empty `worker_urls`: the front starts its own worker on a unix
+    socket, as before."""
+
+    # Several addresses, or one name (a headless Service) resolving to several pods: requests
+    # are spread over every address, and one that refuses is skipped for a while.
+    worker_urls: tuple[str, ...] = setting(
+        (),
+        "with `server.edge`: tcp://host:port of shared workers (a name may resolve to several);"
+        " set, the front starts no worker of its own",
+    )
+    worker_listen: str = setting(
+        "127.0.0.1:8090", "`deja serve --role worker` listens for fronts on this host:port"
+    )
+    # Fronts and workers must hold the same one; compared in constant time.
+    shared_secret: str = setting(
+        "", "authenticates fronts to workers over TCP (16+ characters); required for TCP"
+    )
+    tls_cert: str = setting("", "worker: PEM certificate to serve the relay over TLS")
+    tls_key: str = setting("", "worker: PEM private key of `tls_cert`")
+    # Set on a front, it speaks TLS to its workers and checks their certificate against it.
+    tls_ca: str = setting("", "front: PEM CA bundle the workers' certificates are checked with")
+    connect_timeout_s: float = setting(
+        1.0, "front: time allowed to connect to a worker before trying the next", gt=0
+    )
+    # Doubling up to retry_max_s while it keeps refusing; the report every 200 ms re-tries it.
+    retry_min_s: float = setting(
+        0.5, "front: a worker that could not be reached is skipped this long at first", gt=0
+    )
+    retry_max_s: float = setting(5.0, "front: longest a failing worker is skipped", gt=0)
+    resolve_interval_s: float = setting(
+        10.0, "front: how often worker names are resolved again (pods come and go)", gt=0
     )
 
 
@@ -268,6 +308,16 @@ class GuardrailConfig:
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
     token: str = setting("", "bearer token for /admin/v1/*; empty = the admin API answers 404")
+    series_interval_s: float = setting(
+        10.0, "the dashboard's time series: seconds between two samples", gt=0
+    )
+    series_window_s: float = setting(
+        3600.0, "the dashboard's time series: how far back the samples go", gt=0
+    )
+    recent_misses: int = setting(100, "misses (and why they missed) the dashboard lists", ge=1)
+    store_prompts: bool = setting(
+        False, "entries keep their prompt's text for the dashboard (prompts may be private)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +365,7 @@ class PricingConfig:
 @dataclass(frozen=True, slots=True)
 class DejaConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
+    edge: EdgeConfig = field(default_factory=EdgeConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)

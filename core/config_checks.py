@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
-from core.config import DejaConfig, PricingConfig, RedisConfig, TelemetryConfig
+from core.config import DejaConfig, EdgeConfig, PricingConfig, RedisConfig, TelemetryConfig
 from core.http_headers import HOP_BY_HOP
 from core.semantic_config import SEMANTIC_LANGUAGES, SemanticConfig
 
@@ -41,6 +41,7 @@ def value_problems(config: DejaConfig) -> list[str]:
         *_order_problems(config),
         *_credential_header_problems(config.proxy.credential_headers),
         *_upstream_problems(config),
+        *_edge_problems(config.server.edge, config.edge),
         *_redis_problems(config.redis),
         *_semantic_problems(config.semantic),
         *_pattern_problems(config.guardrails.injection_patterns),
@@ -52,8 +53,14 @@ def value_problems(config: DejaConfig) -> list[str]:
 
 def _order_problems(config: DejaConfig) -> Iterator[str]:
     """Pairs of keys that bound each other, and keys another key needs."""
-    t, v, b = config.ttl, config.verify, config.breaker
+    t, v, b, a = config.ttl, config.verify, config.breaker, config.admin
     pairs = (
+        (
+            "admin.series_interval_s",
+            a.series_interval_s,
+            "admin.series_window_s",
+            a.series_window_s,
+        ),
         ("ttl.factor_min", t.factor_min, "ttl.factor_max", t.factor_max),
         ("ttl.jitter_min", t.jitter_min, "ttl.jitter_max", t.jitter_max),
         ("verify.threshold_min", v.threshold_min, "verify.threshold_max", v.threshold_max),
@@ -126,6 +133,54 @@ def _upstream_problems(config: DejaConfig) -> Iterator[str]:
     # aiohttp refuses such a header on every upstream call, long after the start.
     if any((ch < " " and ch != "\t") or ch == "\x7f" for ch in u.api_key):
         yield "upstream.api_key contains a control character (a line break?)"
+
+
+# A shared secret shorter than this is refused: it is the only thing between a network peer
+# and the workers' upstream key.
+MIN_SHARED_SECRET_CHARS = 16
+
+
+def worker_address(url: str) -> tuple[str, int] | str:
+    """(host, port) of a `tcp://host:port` worker URL, or what is wrong with it."""
+    parts = urlsplit(url)
+    if parts.scheme != "tcp" or parts.path or parts.query or parts.fragment:
+        return f"must be tcp://host:port, got {url!r}"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or not port:
+        return f"needs a host and a port (tcp://host:port), got {url!r}"
+    return parts.hostname, port
+
+
+def listen_address(value: str) -> tuple[str, int] | str:
+    """(host, port) of a `host:port` to listen on, or what is wrong with it."""
+    found = worker_address(f"tcp://{value}")
+    return f"must be host:port, got {value!r}" if isinstance(found, str) else found
+
+
+def _edge_problems(edge_mode: bool, e: EdgeConfig) -> Iterator[str]:
+    for i, url in enumerate(e.worker_urls):
+        found = worker_address(url)
+        if isinstance(found, str):
+            yield f"edge.worker_urls[{i}] {found}"
+    if e.worker_urls and not edge_mode:
+        yield "edge.worker_urls is set but server.edge is off (a front needs server.edge: true)"
+    if e.worker_urls and not e.shared_secret:
+        yield "edge.worker_urls needs edge.shared_secret: workers refuse fronts without it"
+    if e.shared_secret and len(e.shared_secret) < MIN_SHARED_SECRET_CHARS:
+        yield f"edge.shared_secret must be at least {MIN_SHARED_SECRET_CHARS} characters"
+    found = listen_address(e.worker_listen)
+    if isinstance(found, str):
+        yield f"edge.worker_listen {found}"
+    if bool(e.tls_cert) != bool(e.tls_key):
+        yield "edge.tls_cert and edge.tls_key go together: set both or neither"
+    for key, path in (("tls_cert", e.tls_cert), ("tls_key", e.tls_key), ("tls_ca", e.tls_ca)):
+        if path and not Path(path).is_file():
+            yield f"edge.{key} is not a file: {path!r}"
+    if e.retry_min_s > e.retry_max_s:
+        yield f"edge.retry_min_s must be at most edge.retry_max_s ({e.retry_max_s})"
 
 
 def _redis_problems(r: RedisConfig) -> Iterator[str]:

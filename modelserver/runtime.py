@@ -14,8 +14,10 @@ from pathlib import Path
 
 import torch
 
+from core.sentence_encoder import SentenceEncoder, default_model_path, load_sentence_model
 from modelserver.block_pool import BlockPool
 from modelserver.config import ModelServerConfig
+from modelserver.embeddings import EmbeddingModel
 from modelserver.engine import Engine, GenerationOutput, GenerationRequest
 from modelserver.errors import ConfigError
 from modelserver.kv_cache import KVCache, num_blocks_for_budget
@@ -43,6 +45,8 @@ class Runtime:
     block_size: int
     block_pool: BlockPool
     """Owned by the engine thread; others may read it only while the engine is idle (tests)."""
+    embeddings: EmbeddingModel | None = None
+    """`/v1/embeddings`' model; None with `embeddings` off."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -60,8 +64,13 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-def build_runtime(config: ModelServerConfig, loaded: LoadedModel | None = None) -> Runtime:
-    """Load the model (unless given) and build everything around it."""
+def build_runtime(
+    config: ModelServerConfig,
+    loaded: LoadedModel | None = None,
+    sentence_encoder: SentenceEncoder | None = None,
+) -> Runtime:
+    """Load the model and, with `embeddings` on, the sentence-transformer (unless given), and
+    build everything around them."""
     # Process-wide, set once at start: see ModelServerConfig.threads.
     torch.set_num_threads(config.threads)
     if loaded is None:
@@ -115,6 +124,7 @@ def build_runtime(config: ModelServerConfig, loaded: LoadedModel | None = None) 
         max_model_len,
     )
     return Runtime(
+        embeddings=_embedding_model(config, sentence_encoder),
         engine=engine,
         tokenizer=loaded.tokenizer,
         model_name=config.served_model_name or loaded.name,
@@ -125,6 +135,18 @@ def build_runtime(config: ModelServerConfig, loaded: LoadedModel | None = None) 
         block_size=config.block_size,
         block_pool=block_pool,
     )
+
+
+def _embedding_model(
+    config: ModelServerConfig, encoder: SentenceEncoder | None
+) -> EmbeddingModel | None:
+    if not config.embeddings:
+        return None
+    if encoder is None:
+        started = time.monotonic()
+        encoder = load_sentence_model(default_model_path(), config.threads)
+        logger.info("loaded all-MiniLM-L6-v2 in %.1f s", time.monotonic() - started)
+    return EmbeddingModel(encoder, config.embedding_model_name)
 
 
 def warm_up(runtime: Runtime) -> None:

@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP surface (aiohttp), built by `create_app(config, runtime)`.
 
-Routes: `POST /v1/chat/completions`, `POST /v1/completions` (JSON or SSE), `GET /v1/models`,
+Routes: `POST /v1/chat/completions`, `POST /v1/completions` (JSON or SSE), `POST /v1/embeddings`
+(with `embeddings` on: modelserver/embeddings.py), `GET /v1/models`,
 `GET /healthz`, `GET /readyz`, `GET /metrics`. The `_errors` middleware is the one place where
 errors become OpenAI error objects. The engine thread starts with the app and stops with it
 (`cleanup_ctx`); the caller binds the port only after `build_runtime` has loaded the model, so a
@@ -26,6 +27,7 @@ from modelserver.completion_request import (
 )
 from modelserver.completion_response import JSON, ResponseBuilder, Usage
 from modelserver.config import ModelServerConfig
+from modelserver.embeddings import parse_embeddings_request
 from modelserver.engine import GenerationRequest
 from modelserver.engine_client import EngineClient, OutputStream
 from modelserver.errors import (
@@ -72,6 +74,9 @@ def create_app(config: ModelServerConfig, runtime: Runtime) -> web.Application:
     app.cleanup_ctx.append(_engine_thread)
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
+    if runtime.embeddings is not None:
+        app.cleanup_ctx.append(_embedding_thread)
+        app.router.add_post("/v1/embeddings", _embeddings)
     app.router.add_get("/v1/models", _list_models)
     app.router.add_get("/v1/models/{model}", _get_model)
     app.router.add_get("/healthz", _healthz)
@@ -85,6 +90,14 @@ async def _engine_thread(app: web.Application) -> AsyncIterator[None]:
     engine.start()
     yield
     engine.stop()
+
+
+async def _embedding_thread(app: web.Application) -> AsyncIterator[None]:
+    embeddings = app[STATE].runtime.embeddings
+    assert embeddings is not None, "the route exists only with an embedding model"
+    embeddings.start()
+    yield
+    embeddings.stop()
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -145,9 +158,21 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, state, parsed, prompt_ids)
 
 
+async def _embeddings(request: web.Request) -> web.Response:
+    embeddings = request.app[STATE].runtime.embeddings
+    assert embeddings is not None, "the route exists only with an embedding model"
+    return web.json_response(
+        await embeddings.embed(parse_embeddings_request(await _read_json(request)))
+    )
+
+
 async def _list_models(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return web.json_response({"object": "list", "data": [_model_card(state)]})
+    cards = [_model_card(state)]
+    if state.runtime.embeddings is not None:
+        name = state.runtime.embeddings.name
+        cards.append({"id": name, "object": "model", "created": state.created, "owned_by": "deja"})
+    return web.json_response({"object": "list", "data": cards})
 
 
 async def _get_model(request: web.Request) -> web.Response:

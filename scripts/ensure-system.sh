@@ -11,6 +11,9 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 # promtool checks /metrics scrapes and tests the alert rules (tests/deploy, tests/integration).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# tests/e2e/test_dashboard_browser.py drives the dashboard in a headless Chromium (DevTools
+# protocol); it skips, saying so, only where no chromium is installed.
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"

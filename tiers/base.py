@@ -47,7 +47,8 @@ class Entry:
     partition: str
     exact_key: str
     lemma_key: str | None
-    # The completion as compact JSON without "id" and "created" (fresh ones go on every hit).
+    # The completion as compact JSON without "id" and "created" (fresh ones go on every hit);
+    # for Route.EMBEDDINGS, the input's vector as little-endian float32 bytes.
     body: bytes
     stored_at: float  # wall-clock seconds
     ttl_s: float
@@ -66,6 +67,9 @@ class Entry:
     # The answer's token counts (from its usage), for the tokens-saved statistics.
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The prompt's text (its last user turn), kept only with `admin.store_prompts` for the
+    # dashboard's listing: prompts may be private. None otherwise.
+    prompt: str | None = None
     # `normalize.meaning.lemmas.Analysis.to_wire()` of the prompt, for the semantic tier's guards.
     analysis: str | None = None
     # The prompt's embedding, float32 bytes; only the Redis and semantic tiers keep it.
@@ -114,7 +118,7 @@ class Entry:
         # What an in-process copy costs, roughly: the body, the analysis and the vectors (about
         # 1.5 KB each with MiniLM), plus fixed overhead for the rest.
         vectors = len(self.vector or b"") + len(self.answer_vector or b"")
-        return len(self.body) + len(self.analysis or "") + vectors + 512
+        return len(self.body) + len(self.analysis or "") + len(self.prompt or "") + vectors + 512
 
     def completion(self, response_id: str, created: int) -> dict[str, Any]:
         """The stored completion as a dict with a fresh id and created time."""

@@ -1,7 +1,8 @@
 """Entry ⇄ the fields of its Redis hash (format version 1).
 
     m  meta: JSON of every scalar field, with "v": the format version
-    b  body: one marker byte (b"j" raw JSON, b"z" zlib) + the completion JSON
+    b  body: one marker byte (b"j" raw, b"z" zlib) + the completion JSON (an embedding's:
+       its float32 bytes, raw)
     a  analysis: the lemma analysis wire string (absent when none)
     v  vector: float32 bytes of the prompt embedding (absent when none)
     w  answer vector: float32 bytes of the answer's embedding (absent when none)
@@ -47,6 +48,8 @@ def encode_meta(entry: Entry) -> bytes:
         "prompt_tokens": entry.prompt_tokens,
         "completion_tokens": entry.completion_tokens,
     }
+    if entry.prompt is not None:  # only with admin.store_prompts
+        meta["prompt"] = entry.prompt
     return json.dumps(meta, separators=(",", ":")).encode()
 
 
@@ -71,7 +74,10 @@ def decode_body(raw: bytes) -> bytes:
 
 
 def encode_fields(entry: Entry, compress_min_bytes: int) -> dict[str, bytes]:
-    fields = {META: encode_meta(entry), BODY: encode_body(entry.body, compress_min_bytes)}
+    # An embedding's body is float32 values, which zlib shrinks by ~7% (1,536 dimensions:
+    # 6,144 → 5,741 bytes) for ~0.15 ms of CPU each: kept raw.
+    body = _RAW + entry.body if entry.route is Route.EMBEDDINGS else None
+    fields = {META: encode_meta(entry), BODY: body or encode_body(entry.body, compress_min_bytes)}
     if entry.analysis is not None:
         fields[ANALYSIS] = entry.analysis.encode()
     if entry.vector is not None:
@@ -119,6 +125,7 @@ def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:
             learned_threshold=None if learned is None else float(learned),
             prompt_tokens=int(meta.get("prompt_tokens", 0)),
             completion_tokens=int(meta.get("completion_tokens", 0)),
+            prompt=meta.get("prompt"),
             analysis=analysis.decode() if analysis is not None else None,
             vector=get.get(VECTOR),
             answer_vector=get.get(ANSWER_VECTOR),

@@ -105,11 +105,14 @@ class CacheService:
         max_age_s: float | None = None,
         pacer: Pacer | None = None,
         explain: bool = False,
+        explain_misses: bool = False,
     ) -> LookupOutcome:
         """LRU-K → Redis by exact key, then by lemma key, then the semantic index. Each step
         past the exact tiers first awaits `pacer` (the caller's lookup lane, core/pacing.py);
         without one, nothing waits. With `explain`, the outcome says why it hit or missed
-        (without, nothing is noted: an exact hit costs no extra coroutine)."""
+        (without, nothing is noted: an exact hit costs no extra coroutine). With
+        `explain_misses`, only a miss's outcome says why (the dashboard's recent misses): a hit
+        pays nothing for it."""
         pacer = pacer or Unpaced()
         # Any lookup, exact hits too, makes the partition's vectors load (in the background).
         self._partitions.want(request.partition)
@@ -119,14 +122,18 @@ class CacheService:
         )
         if hit is not None:
             return lookup_outcome(hit, stale, features, None, explain)
+
+        def explained(hit: Lookup | None) -> bool:
+            return explain or (explain_misses and hit is None)
+
         hit, stale = await self._kv_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s, stale
         )
         if hit is not None or not features.semantic_allowed():
-            return lookup_outcome(hit, stale, features, None, explain)
+            return lookup_outcome(hit, stale, features, None, explained(hit))
         # What the semantic search notes about its nearest candidate, only past the exact
         # tiers, and only for a caller that asked why or for learning from misses.
-        notes = NearestNotes() if explain or self._learning else None
+        notes = NearestNotes() if explain or explain_misses or self._learning else None
         analysis = await features.analysis()
         # The features of a whole batch of lookups arrive in one loop iteration; what each
         # does with them waits for a turn of its own.
@@ -148,14 +155,16 @@ class CacheService:
                 vector = features.vector_if_ready()
                 if vector is None:
                     return lookup_outcome(
-                        hit, stale, features, notes, explain, answer_check_due=True
+                        hit, stale, features, notes, explained(hit), answer_check_due=True
                     )
                 if not await self._semantic.contradicts(
                     request.partition, vector, analysis.analysis, hit.entry.entry_id, pacer=pacer
                 ):
-                    return lookup_outcome(hit, stale, features, notes, explain)
+                    return lookup_outcome(hit, stale, features, notes, explained(hit))
         hit = await self._semantic_lookup(request, features, now, max_age_s, pacer, notes)
-        return lookup_outcome(hit, stale, features, notes, explain, held_back_lemma=held_back)
+        return lookup_outcome(
+            hit, stale, features, notes, explained(hit), held_back_lemma=held_back
+        )
 
     def _memory_lookup(
         self, request: CacheRequest, key: str, match: MatchKind, now: float, max_age_s: float | None

@@ -12,6 +12,7 @@ class Route(StrEnum):
     CHAT = "chat"  # POST /v1/chat/completions
     COMPLETIONS = "completions"  # POST /v1/completions (legacy; exact matches only)
     RESPONSES = "responses"  # POST /v1/responses
+    EMBEDDINGS = "embeddings"  # POST /v1/embeddings (each input exactly, on its own)
 
 
 # Every key Deja hashes starts with this many hex characters of its partition. Redis uses them

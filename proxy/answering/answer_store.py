@@ -1,5 +1,6 @@
 """Storing a finished answer: one path for a miss's answer, a warm-up line and a verification's
-fresh answer.
+fresh answer; an embedding's input takes the same path from its entry on
+(`store_embedding`: exact key only, so nothing to analyse or embed).
 
     store rule ─▶ build the entry (prompt analysis and embedding) ─▶ CacheService.store:
         in-process tier and semantic index at once ─▶ answer embedding ─▶ shared tiers (Redis)
@@ -48,6 +49,18 @@ class Answer:
     # A miss's nearest guard-passing neighbour just under its threshold: it learns from this
     # answer (proxy/answering/miss_learning.py). None for anything but such a miss.
     near_miss: NearMiss | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingAnswer:
+    """One input's embedding from the upstream (float32 bytes) and the request it answers."""
+
+    entry_id: str
+    request: CacheRequest
+    vector: bytes
+    # The input's share of the upstream call's prompt tokens (for the tokens-saved figures).
+    prompt_tokens: int = 0
+    ttl_cap_s: float | None = None
 
 
 class AnswerStore:
@@ -99,4 +112,21 @@ class AnswerStore:
             await self._service.store(entry, answer_vector=answer_vector)
             if answer.near_miss is not None and self._learner is not None:
                 await self._learner.learn(answer.near_miss, fresh_vector)
+        return None
+
+    async def store_embedding(self, answer: EmbeddingAnswer) -> NotStoredReason | None:
+        """Store one input's embedding (exact key only: no analysis, no semantic index, no
+        answer check); None when stored, `too_large` when it does not fit. Not paced: its
+        client's answer waits for it (proxy/http/embeddings.py)."""
+        with self._tracer.span("deja.store", {"deja.entry": answer.entry_id}):
+            entry = self._entries.embedding(
+                answer.entry_id,
+                answer.request,
+                answer.vector,
+                answer.prompt_tokens,
+                answer.ttl_cap_s,
+            )
+            if entry is None:
+                return NotStoredReason.TOO_LARGE
+            await self._service.store(entry)
         return None

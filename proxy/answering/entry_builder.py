@@ -39,6 +39,7 @@ class EntryBuilder:
         thresholds: ThresholdController,
         clock: Clock,
         answer_embedder: AnswerEmbedder | None = None,
+        store_prompts: bool = False,
     ):
         self._cache = cache
         self._degrade = degrade
@@ -47,6 +48,8 @@ class EntryBuilder:
         self._thresholds = thresholds
         self._clock = clock
         self._answer_embedder = answer_embedder
+        # admin.store_prompts: entries keep their prompt's text, for the dashboard.
+        self._store_prompts = store_prompts
 
     async def build(
         self,
@@ -89,9 +92,43 @@ class EntryBuilder:
             threshold=self._thresholds.neutral_floor,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
+            prompt=request.prompt_text if self._store_prompts else None,
             analysis=analysis.wire if analysis else None,
             parsed_analysis=analysis.analysis if analysis else None,
             vector=vector.astype("float32").tobytes() if vector is not None else None,
+        )
+
+    def embedding(
+        self,
+        entry_id: str,
+        request: CacheRequest,
+        vector: bytes,
+        prompt_tokens: int,
+        ttl_cap_s: float | None,
+    ) -> Entry | None:
+        """The entry of one input's embedding (`vector`, float32 bytes, is its body), or None
+        when it is larger than `cache.max_entry_bytes`. A model gives the same input the same
+        vector: its TTL is the one a certain answer gets, capped by `X-Deja-Store-TTL`."""
+        if len(vector) > self._cache.max_entry_bytes:
+            return None
+        certain = AnswerCertainty()
+        return Entry(
+            entry_id=entry_id,
+            route=request.route,
+            tenant=request.tenant,
+            namespace=request.namespace,
+            model=request.model,
+            partition=request.partition,
+            exact_key=request.exact_key,
+            lemma_key=None,
+            body=vector,
+            stored_at=self._clock.time(),
+            ttl_s=self._ttl.ttl_s(certain.confidence, certain.certainty, (), ttl_cap_s),
+            grace_s=self._degrade.stale_grace_s,
+            confidence=certain.confidence,
+            certainty=certain.certainty,
+            threshold=self._thresholds.neutral_floor,
+            prompt_tokens=prompt_tokens,
         )
 
     async def answer_vector(self, entry: Entry, completion: dict[str, Any]) -> bytes | None:

@@ -28,13 +28,22 @@ from proxy.answering.flight_call import UpstreamCaller
 from proxy.answering.warmup import WarmUp
 from proxy.composition.lifecycle import front_resources, proxy_resources, register
 from proxy.composition.parts import ProxyParts, build_front, build_proxy
-from proxy.composition.report import models_ready, readiness_report, stats_report
+from proxy.composition.report import (
+    misses_report,
+    models_ready,
+    readiness_report,
+    series_report,
+    stats_report,
+)
 from proxy.edge.front import EdgeCompletions, EdgeRelay, FrontRecorder
 from proxy.edge.report import REPORT_PATH, EdgeReportReceiver
+from proxy.edge.worker_guard import shared_secret_guard
 from proxy.edge.worker_link import WorkerLink
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.admin_routes import AdminRoutes, AdminViews
 from proxy.http.completions import CompletionHandler
+from proxy.http.dashboard_routes import DashboardRoutes
+from proxy.http.embeddings import EmbeddingsHandler
 from proxy.http.frame import RequestFrame
 from proxy.http.health_routes import HealthRoutes
 from proxy.http.hit_writer import HitWriter
@@ -56,11 +65,14 @@ def create_app(
     clock: Clock | None = None,
     *,
     edge_worker: bool = False,
+    shared_secret: str = "",
     access_log_stream: BinaryIO | None = None,
     span_exporter: SpanExporter | None = None,
 ) -> web.Application:
     """The whole proxy. With `edge_worker`, as edge mode's worker (see `create_edge_app`): it also
-    takes the front's reports, and stops when the front is gone. The access log (when
+    takes the front's reports, and stops when the front is gone; with `shared_secret` too, as a
+    shared worker fronts reach over TCP: only requests carrying the secret get in
+    (proxy/edge/worker_guard.py), and no front is its parent. The access log (when
     `server.access_log`) goes to `access_log_stream`, stderr unless given. `span_exporter`
     (tests) takes every span as it ends, whatever `telemetry.traces` says."""
     if not config.cache.tenant_secret:
@@ -73,9 +85,12 @@ def create_app(
         access_log_stream if access_log_stream is not None else sys.stderr.buffer,
         span_exporter,
     )
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    guards = [shared_secret_guard(shared_secret)] if shared_secret else []
+    # What a handler may read whole (admin and feedback bodies); the routes read their bodies
+    # within their own limits, and pass-through bodies stream (`server.max_passthrough_bytes`).
+    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=guards)
     app[PARTS] = parts
-    register(app, proxy_resources(parts, edge_worker=edge_worker))
+    register(app, proxy_resources(parts, edge_worker=edge_worker and not shared_secret))
     frame = RequestFrame(app, parts.ledger, parts.telemetry.tracer)
     HealthRoutes(
         readiness_report(parts), parts.telemetry, parts.ledger, config.telemetry.metrics
@@ -89,16 +104,19 @@ def create_app(
     )
     OpenAIRoutes(
         _completions(parts, reader),
+        _embeddings(parts),
         parts.upstream.client,
         requests.auth,
         config.server.max_passthrough_bytes,
     ).register(frame)
     if config.admin.token:
         _admin_routes(parts, features).register(frame)
+        DashboardRoutes().register(frame)
     if edge_worker:
         # Outside the frame: a report is not a client's request. Reachable only through the
-        # worker's unix socket, in a directory only the front's user can enter.
-        receiver = EdgeReportReceiver(parts.telemetry, parts.store.recorder, parts.served)
+        # worker's unix socket, in a directory only the front's user can enter, or with the
+        # shared secret.
+        receiver = EdgeReportReceiver(parts.observers, parts.store.recorder, parts.served)
         app.router.add_post(REPORT_PATH, receiver.handle)
     frame.not_found_route()
     return app
@@ -128,6 +146,22 @@ def _completions(parts: ProxyParts, reader: RequestReader) -> CompletionHandler:
         lookup_turns=store.lookup_turns,
         upstream_turns=upstream.upstream_turns,
         hits=HitWriter(config.pricing, parts.served, clock, store.recorder),
+        misses=parts.misses,
+        tracer=parts.telemetry.tracer,
+    )
+
+
+def _embeddings(parts: ProxyParts) -> EmbeddingsHandler:
+    config, requests = parts.config, parts.requests
+    return EmbeddingsHandler(
+        server=config.server,
+        pricing=config.pricing,
+        auth=requests.auth,
+        rule=requests.credential_rule,
+        service=parts.store.service,
+        gate=parts.upstream.gate,
+        answers=parts.answers,
+        recorder=parts.store.recorder,
         tracer=parts.telemetry.tracer,
     )
 
@@ -142,6 +176,8 @@ def _admin_routes(parts: ProxyParts, features: FeatureSource) -> AdminRoutes:
     )
     views = AdminViews(
         stats=stats_report(parts),
+        series=series_report(parts),
+        misses=misses_report(parts),
         models_ready=models_ready(parts),
         effective_threshold=store.thresholds.effective,
         clock=parts.clock,
@@ -184,13 +220,18 @@ def create_edge_app(
     )
     hits = HitWriter(config.pricing, parts.report, parts.clock, parts.store.recorder)
     completions = EdgeCompletions(
-        config.cache, reader, parts.store.service, hits, link, parts.tracer
+        config.cache, reader, parts.store.service, hits, link, parts.without, parts.tracer
     )
     relay = EdgeRelay(
-        link, parts.ledger, parts.report, config.server.max_passthrough_bytes, parts.tracer
+        link,
+        parts.without,
+        parts.ledger,
+        parts.report,
+        config.server.max_passthrough_bytes,
+        parts.tracer,
     )
 
-    app = web.Application(client_max_size=config.server.max_passthrough_bytes)
+    app = web.Application(client_max_size=config.server.max_body_bytes)
     register(app, front_resources(parts))
     frame = RequestFrame(app, FrontRecorder(parts.ledger), parts.tracer)
     frame.route("/v1/chat/completions", "chat", completions.chat, methods=["POST"])

@@ -5,14 +5,16 @@ only those that started. The order, the same for every app (what an app lacks, i
 
     tracer / telemetry    shut down last: everything before it may still record a span
     edge worker process   (front) started first, so it loads while the front connects
-    worker link           (front)
+    worker link           (front) shared workers' names resolved first
+    direct upstream       (front, shared workers) for the misses while none answers
     upstream client       (proxy)
     Redis
     semantic index, models (proxy) closed once nothing uses them (the partitions held are
                           snapshotted first, with `semantic.snapshot_dir`)
     edge report           (front) handed to the worker while the link is open...
     access log / ledger   ...after the ledger drained the requests' last records into it
-    background tasks      cancelled first: warm-up and replication, sweeper, watchers
+    background tasks      cancelled first: warm-up and replication, the dashboard's series,
+                          sweeper, watchers
     verifier, flights     (proxy) in-flight work drained before anything it uses closes
     readiness             (proxy) not ready the moment shutdown begins
 
@@ -36,6 +38,7 @@ from aiohttp import web
 
 from core.errors import TierUnavailable
 from proxy.composition.parts import FrontParts, ProxyParts, Readiness, StoreParts
+from proxy.composition.report import series_state
 from proxy.edge.worker_process import exit_with_parent
 from proxy.http.traces import shutdown_tracer
 
@@ -68,6 +71,7 @@ def proxy_resources(parts: ProxyParts, *, edge_worker: bool) -> list[CleanupCont
         resources.append(closing(store.features.close))
     resources.append(closing(parts.ledger.close))
     resources.append(background(lambda: warm_up(store, parts.readiness), "deja-warm-up"))
+    resources.append(background(lambda: sample_series(parts), "deja-series"))
     if store.semantic is not None:
         resources.append(background(lambda: sweep(store), "deja-sweeper"))
     if store.partitions is not None and parts.config.semantic.snapshot_dir:
@@ -93,6 +97,8 @@ def front_resources(parts: FrontParts) -> list[CleanupContext]:
         grace_s = parts.config.server.shutdown_grace_s
         resources.append(opening(_sync(worker.start), lambda: worker.stop(grace_s)))
     resources.append(opening(parts.link.start, parts.link.close))
+    if parts.direct is not None:
+        resources.append(opening(parts.direct.start, parts.direct.close))
     redis = parts.store.redis
     assert redis is not None, "the front reads what the worker stores from Redis"
     assert parts.store.replication is not None
@@ -106,6 +112,9 @@ def front_resources(parts: FrontParts) -> list[CleanupContext]:
     ]
     if worker is not None:
         resources.append(background(worker.watch, "deja-edge-worker-watch"))
+    pool = parts.link.pool
+    if pool is not None:
+        resources.append(background(pool.run, "deja-edge-worker-names"))
     # As the whole proxy does once started (`warm_up`).
     resources.append(starting(_sync(settle_collector)))
     return resources
@@ -202,6 +211,14 @@ def settle_collector() -> None:
     # hits on a filled cache fell from 2.8% to 0.4% of the run. Request garbage is nearly all
     # freed by reference counting; the memory test bounds what cycles may hold.
     gc.set_threshold(_GC_YOUNG_OBJECTS, 10, 10)
+
+
+async def sample_series(parts: ProxyParts) -> None:
+    """The dashboard's series: a sample every `admin.series_interval_s`."""
+    series, recorder = parts.series, parts.store.recorder
+    while True:
+        await asyncio.sleep(series.interval_s)
+        series.sample(recorder.snapshot(), series_state(parts))
 
 
 async def sweep(store: StoreParts) -> None:

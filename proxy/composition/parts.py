@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
+from core.activity_series import ActivitySeries
 from core.clock import Clock
 from core.config import DejaConfig
 from core.pacing import LoopTurns
@@ -39,11 +40,14 @@ from proxy.answering.store_rule import StoreRule
 from proxy.answering.verifier import Verifier
 from proxy.composition.readings import readings_of
 from proxy.edge.report import EdgeReport
-from proxy.edge.worker_link import WorkerLink
+from proxy.edge.without_worker import DirectUpstream, NoWorkerFallback, WithoutWorker
+from proxy.edge.worker_link import TcpRoute, WorkerLink, client_tls
+from proxy.edge.worker_pool import WorkerPool
 from proxy.edge.worker_process import WorkerProcess
 from proxy.http.access_log import AccessLog, NoAccessLog
 from proxy.http.client_auth import ClientAuth
-from proxy.http.finished_requests import AccessLogWriter, RequestLedger
+from proxy.http.finished_requests import AccessLogWriter, RequestLedger, RequestObservers
+from proxy.http.recent_misses import RecentMisses
 from proxy.http.telemetry import Telemetry
 from proxy.http.traces import build_tracer
 from proxy.protocol.credentials import CredentialRule
@@ -160,6 +164,12 @@ class ProxyParts:
     verifier: Verifier
     served: ServedRequests
     telemetry: Telemetry
+    # The dashboard's last hour (sampled by a lifecycle task) and its last misses.
+    series: ActivitySeries
+    misses: RecentMisses
+    # What counts a finished request: the metrics and the series (edge mode's worker hands its
+    # fronts' requests to it too).
+    observers: RequestObservers
     ledger: RequestLedger
     readiness: Readiness
 
@@ -177,6 +187,9 @@ class FrontParts:
     ledger: RequestLedger
     # The front's spans are its own (a relayed request's stages are the worker's spans).
     tracer: StageTracer
+    # With shared workers, what goes to the upstream while none answers, over `direct`.
+    without: WithoutWorker
+    direct: UpstreamClient | None
 
 
 def build_request_parts(config: DejaConfig) -> RequestParts:
@@ -300,8 +313,17 @@ def build_proxy(
         store.recorder, readings_of(store, upstream, readiness, config.verify), clock, tracer
     )
     entries = EntryBuilder(
-        config.cache, config.degrade, config.semantic, ttl, store.thresholds, clock, store.features
+        config.cache,
+        config.degrade,
+        config.semantic,
+        ttl,
+        store.thresholds,
+        clock,
+        store.features,
+        store_prompts=config.admin.store_prompts,
     )
+    series = ActivitySeries(clock, config.admin.series_interval_s, config.admin.series_window_s)
+    observers = RequestObservers(telemetry, series)
     return ProxyParts(
         config=config,
         clock=clock,
@@ -329,7 +351,10 @@ def build_proxy(
         # Without the admin API nothing can name a served request: none is remembered.
         served=ServedRequests() if config.admin.token else ServedRequests(capacity=0),
         telemetry=telemetry,
-        ledger=RequestLedger(telemetry, access_log(config, access_log_stream)),
+        series=series,
+        misses=RecentMisses(clock, config.admin.recent_misses),
+        observers=observers,
+        ledger=RequestLedger(observers, access_log(config, access_log_stream)),
         readiness=readiness,
     )
 
@@ -345,17 +370,32 @@ def build_front(
     assert config.redis.url, "config validation requires redis.url with server.edge"
     store = build_store(config, clock, semantic_index=False)
     report = EdgeReport(link, store.recorder, served_enabled=bool(config.admin.token))
+    requests = build_request_parts(config)
+    direct = without = None
+    if link.shared:
+        direct = UpstreamClient(config.upstream, AiohttpTransport(config.upstream), clock=clock)
+        without = DirectUpstream(direct, requests.auth)
     return FrontParts(
         config=config,
         clock=clock,
-        requests=build_request_parts(config),
+        requests=requests,
         store=store,
         link=link,
         worker=worker,
         report=report,
         ledger=RequestLedger(report, access_log(config, access_log_stream)),
         tracer=build_tracer(config.telemetry, span_exporter),
+        without=without or NoWorkerFallback(),
+        direct=direct,
     )
+
+
+def shared_worker_link(config: DejaConfig, clock: Clock) -> WorkerLink:
+    """A front's link to the shared workers of `edge.worker_urls`."""
+    edge = config.edge
+    tls = client_tls(edge.tls_ca) if edge.tls_ca else None
+    pool = WorkerPool(edge, clock)
+    return WorkerLink(TcpRoute(pool, edge.shared_secret, tls, edge.connect_timeout_s))
 
 
 def access_log(config: DejaConfig, stream: BinaryIO) -> AccessLogWriter:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from core.activity_series import SeriesState
 from normalize.keys.request import PARTITION_TAG_CHARS
 
 if TYPE_CHECKING:  # the parts import this module to give their telemetry its gauges
@@ -172,3 +173,46 @@ def _redis(parts: ProxyParts) -> dict[str, bool]:
         "configured": redis is not None,
         "available": redis.available if redis is not None else False,
     }
+
+
+def series_state(parts: ProxyParts) -> SeriesState:
+    """What the dashboard's series notes at each sample, besides the counts."""
+    store = parts.store
+    estimate = store.thresholds.estimator.estimate()
+    sizes: dict[str, float] = {
+        "semantic_entries": store.semantic.size() if store.semantic is not None else 0
+    }
+    if store.lru is not None:
+        sizes["lru_k_bytes"] = store.lru.bytes_used
+    return SeriesState(
+        global_threshold=store.thresholds.global_threshold,
+        false_hit_rate=estimate.rate,
+        false_hit_low=estimate.low,
+        false_hit_high=estimate.high,
+        false_hit_target=parts.config.verify.target_false_hit_rate,
+        verified_hits=estimate.verified,
+        breaker_state=str(parts.upstream.breaker.snapshot().state),
+        redis_up=store.redis.available if store.redis is not None else None,
+        sizes=sizes,
+    )
+
+
+def series_report(parts: ProxyParts) -> Callable[[], dict[str, Any]]:
+    """The admin API's series: this process's samples over the last window, oldest first.
+    The points stay dataclasses: orjson encodes those natively (an hour of 10 s points in about
+    1 ms, where `dataclasses.asdict` first took 40 ms of the event loop)."""
+
+    def report() -> dict[str, Any]:
+        series = parts.series
+        return {
+            "interval_s": series.interval_s,
+            "window_s": series.window_s,
+            "points": list(series.points()),
+        }
+
+    return report
+
+
+def misses_report(parts: ProxyParts) -> Callable[[], dict[str, Any]]:
+    """The admin API's recent misses, newest first, with why they missed."""
+    return lambda: {"misses": list(parts.misses.newest_first())}

@@ -2,7 +2,9 @@
 
     client ─▶ front (this process, the public port)
                 read (auth, body, directives, exact key) ─▶ LRU-K ─▶ Redis ─hit─▶ answer
-                └ anything else ─▶ worker (`deja serve` on a unix socket) ─▶ its answer, as is
+                └ anything else ─▶ worker (`deja serve` on a unix socket, or shared workers
+                                   over TCP) ─▶ its answer, as is
+                                   └ none reachable (shared) ─▶ the upstream, marked
 
 Why: the exact hits' tail under semantic load is the semantic requests' own Python on the same
 event loop (their HTTP handling, upstream calls and stores, in steps of 0.1-0.3 ms that a hit
@@ -20,18 +22,18 @@ by `create_edge_app` in proxy/composition/app.py.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable
 
 from aiohttp import web
 
 from core.config import CacheConfig
-from core.errors import WorkerUnavailable
+from core.errors import WorkerUnavailable, WorkerUnreachable
 from core.tracing import StageTracer
 from normalize.keys.request import Route
 from proxy.edge.report import EdgeReport
+from proxy.edge.without_worker import WithoutWorker
 from proxy.edge.worker_link import WorkerLink
-from proxy.http.body import read_body
+from proxy.http.body import StreamedBody, read_body
 from proxy.http.finished_requests import RequestLedger
 from proxy.http.hit_writer import HitWriter, describe_lookup
 from proxy.http.request_context import CONTEXT, RequestContext
@@ -52,9 +54,11 @@ class EdgeCompletions:
         service: CacheService,
         hits: HitWriter,
         link: WorkerLink,
+        without: WithoutWorker,
         tracer: StageTracer,
     ) -> None:
         self._tracer = tracer
+        self._without = without
         self._cache_completions = cache.cache_completions
         self._reader = reader
         self._service = service
@@ -84,7 +88,10 @@ class EdgeCompletions:
                 # Only exact hits are served here: the explanation says `served=exact`.
                 ctx.explanation = outcome.explanation
                 return await self._hits.write(request, ctx, creq, outcome.hit)
-        return await self._link.forward(request, ctx, read.raw, self._tracer.outgoing_headers())
+        try:
+            return await self._link.forward(request, ctx, read.raw, self._tracer.outgoing_headers())
+        except WorkerUnreachable as exc:
+            return await self._without.forward(request, ctx, read.raw, exc)
 
 
 class FrontRecorder:
@@ -105,6 +112,7 @@ class EdgeRelay:
     def __init__(
         self,
         link: WorkerLink,
+        without: WithoutWorker,
         ledger: RequestLedger,
         report: EdgeReport,
         max_body_bytes: int,
@@ -112,6 +120,7 @@ class EdgeRelay:
     ) -> None:
         self._tracer = tracer
         self._link = link
+        self._without = without
         self._ledger = ledger
         self._report = report
         self._max_body_bytes = max_body_bytes
@@ -121,17 +130,26 @@ class EdgeRelay:
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
         ctx = request[CONTEXT]
-        body = await read_body(request, self._max_body_bytes)
+        # A read's body is read whole; any other streams on to the worker (an upload of
+        # hundreds of MB passes through in bounded memory), within the same limit.
+        streams = request.method not in ("GET", "HEAD", "OPTIONS") and request.body_exists
+        streamed = StreamedBody(request, self._max_body_bytes) if streams else None
+        body = streamed if streamed is not None else await read_body(request, self._max_body_bytes)
         if request.path.startswith(_READS_REPORTS):
             self._ledger.drain()
             await self._report.flush()
         try:
-            return await self._link.forward(request, ctx, body, self._tracer.outgoing_headers())
+            reply = await self._link.forward(request, ctx, body, self._tracer.outgoing_headers())
+        except WorkerUnreachable as exc:
+            if streamed is not None and streamed.too_large:
+                raise streamed.refusal() from None  # the body broke the relay, not the worker
+            if request.path == "/readyz":
+                return self._without.readiness(f"unreachable: {exc.message}")
+            if streamed is not None and streamed.bytes_read:
+                raise  # part of the body went to a worker that refused it: it cannot go again
+            return await self._without.forward(request, ctx, body, exc)
         except WorkerUnavailable:
-            if request.path != "/readyz":
-                raise
-            # Readiness keeps its own shape: starting, not an error object.
-            report = {"status": "starting", "worker": "not answering yet"}
-            return web.Response(
-                status=503, body=json.dumps(report).encode(), content_type="application/json"
-            )
+            if streamed is not None and streamed.too_large:
+                raise streamed.refusal() from None  # the body broke the relay, not the worker
+            raise
+        return self._without.readiness(reply) if request.path == "/readyz" else reply

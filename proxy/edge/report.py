@@ -61,6 +61,8 @@ class EdgeReport:
         self._served: deque[_Served] = deque()
         self._lock = asyncio.Lock()
         self.dropped = 0
+        # Whether the last report was kept back: logged once per outage, not every interval.
+        self._kept_back = False
 
     def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
         key = (route, cache, status)
@@ -110,7 +112,13 @@ class EdgeReport:
                 await self._link.post(REPORT_PATH, payload)
             except WorkerUnavailable as exc:
                 self._give_back(observed, served, counts)
-                _log.warning("edge report not delivered, kept for the next: %s", exc.message)
+                if not self._kept_back:
+                    _log.warning("edge report not delivered, kept for the next: %s", exc.message)
+                self._kept_back = True
+                return
+            if self._kept_back:
+                _log.info("edge report delivered again")
+                self._kept_back = False
 
     def _give_back(
         self,
@@ -175,8 +183,10 @@ class EdgeReportReceiver:
         self._served = served
 
     async def handle(self, request: web.Request) -> web.Response:
+        # Read whole past the app's client_max_size (`server.max_body_bytes`): a report comes
+        # from the front alone, over its private socket, and a backlog of them may be large.
         try:
-            applied = self.apply(orjson.loads(await request.read()))
+            applied = self.apply(orjson.loads(await request.content.read()))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             _log.error("malformed edge report: %r", exc)
             return web.json_response({"error": "malformed edge report"}, status=400)

@@ -42,6 +42,9 @@ def access_record(
             record["match"] = ctx.match
         if ctx.entry_id is not None:
             record["entry"] = ctx.entry_id
+        if ctx.inputs_cached is not None:
+            record["inputs_cached"] = ctx.inputs_cached[0]
+            record["inputs"] = ctx.inputs_cached[1]
         if cache is not CacheOutcome.HIT:
             if ctx.degraded is not None:
                 record["degraded"] = ctx.degraded

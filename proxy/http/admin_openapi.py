@@ -93,7 +93,7 @@ def admin_openapi() -> dict[str, Any]:
             },
             "/entries/{entry_id}": {
                 "get": {
-                    "summary": "An entry's metadata and stored completion",
+                    "summary": "An entry's metadata and stored completion (an embedding's: its dimensions)",
                     "parameters": [entry_id],
                     "responses": {
                         "200": _response("The entry", {"type": "object"}),
@@ -134,6 +134,32 @@ def admin_openapi() -> dict[str, Any]:
                     "summary": "Hits by tier and match kind, sizes, hit rate, savings, the false-hit estimate",
                     "responses": {
                         "200": _response("Statistics of this replica", {"type": "object"}),
+                        **_errors(401),
+                    },
+                }
+            },
+            "/series": {
+                "get": {
+                    "summary": "This replica's last hour, one point every admin.series_interval_s: "
+                    "requests per second, hit rate by tier and match kind, hit and miss latency "
+                    "percentiles, tokens and dollars saved, threshold, false-hit estimate, breaker, "
+                    "Redis and tier sizes (the dashboard's charts)",
+                    "responses": {
+                        "200": _response(
+                            "{interval_s, window_s, points: [...]}, oldest point first",
+                            {"type": "object"},
+                        ),
+                        **_errors(401),
+                    },
+                }
+            },
+            "/misses": {
+                "get": {
+                    "summary": "This replica's last misses (admin.recent_misses) and why they "
+                    "missed: the nearest candidate's similarity and threshold, or what refused it; "
+                    "never any entry's text",
+                    "responses": {
+                        "200": _response("{misses: [...]}, newest first", {"type": "object"}),
                         **_errors(401),
                     },
                 }

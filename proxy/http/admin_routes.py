@@ -13,6 +13,8 @@ answered as not found (nothing about it is revealed).
     POST   invalidate        {"tenant_key" | "tenant_headers" | "tenant", "namespace", "model"}
                              or {"all": true}
     GET    stats             hits by tier and match, sizes, savings, the false-hit estimate
+    GET    series            this process's last hour, a point every admin.series_interval_s
+    GET    misses            the last misses and why they missed (X-Deja-Explain's numbers)
     POST   warmup            JSONL of {"request", "response", "namespace"?, "api_key"? | "headers"?}
     GET    openapi.json      this API, described
 """
@@ -54,6 +56,9 @@ class AdminViews:
 
     # Hits by tier and match, sizes, savings, the false-hit estimate: the `stats` route's body.
     stats: Callable[[], Awaitable[dict[str, Any]]]
+    # The dashboard's time series and recent misses: the `series` and `misses` routes' bodies.
+    series: Callable[[], dict[str, Any]]
+    misses: Callable[[], dict[str, Any]]
     # False while the semantic models a warm-up line needs are still loading.
     models_ready: Callable[[], bool]
     # An entry's similarity threshold as lookups apply it (its floor, the global threshold).
@@ -91,6 +96,8 @@ class AdminRoutes:
         )
         frame.route(f"{PREFIX}/invalidate", "admin", self.invalidate, methods=["POST"])
         frame.route(f"{PREFIX}/stats", "admin", self.stats, methods=["GET"])
+        frame.route(f"{PREFIX}/series", "admin", self.series, methods=["GET"])
+        frame.route(f"{PREFIX}/misses", "admin", self.misses, methods=["GET"])
         frame.route(f"{PREFIX}/warmup", "admin", self.warmup, methods=["POST"])
         frame.route(f"{PREFIX}/openapi.json", "admin", self.openapi, methods=["GET"])
 
@@ -157,8 +164,9 @@ class AdminRoutes:
         limit = _limit(query.get("limit", str(DEFAULT_LISTING)))
         entries, total = await self._service.matching(selector, limit)
         now = self._views.clock.time()
+        threshold = self._views.effective_threshold
         return _json(
-            {"total": total, "entries": [_summary(entry, now) for entry in entries]},
+            {"total": total, "entries": [_summary(entry, now, threshold) for entry in entries]},
         )
 
     async def entry(self, request: web.Request) -> web.Response:
@@ -180,6 +188,14 @@ class AdminRoutes:
     async def stats(self, request: web.Request) -> web.Response:
         self._require_admin(request)
         return _json(await self._views.stats())
+
+    async def series(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        return _json(self._views.series())
+
+    async def misses(self, request: web.Request) -> web.Response:
+        self._require_admin(request)
+        return _json(self._views.misses())
 
     async def warmup(self, request: web.Request) -> web.StreamResponse:
         self._require_admin(request)
@@ -284,11 +300,20 @@ class AdminRoutes:
             "threshold": self._views.effective_threshold(entry.threshold),
             "lemma_key": entry.lemma_key is not None,
             "semantic": entry.vector is not None or entry.analysis is not None,
-            # A Responses API answer is stored whole, its own id included.
-            "completion": orjson.loads(entry.body)
-            if entry.route is Route.RESPONSES
-            else entry.completion(entry.entry_id, int(entry.stored_at)),
+            **_prompt(entry),
+            **_stored_answer(entry),
         }
+
+
+def _stored_answer(entry: Entry) -> dict[str, Any]:
+    """An embedding entry's body is its float32 vector (proxy/http/embeddings.py): its size,
+    not its values, is what an operator looks at; a Responses API answer is stored whole, its
+    own id included; any other entry's is its completion."""
+    if entry.route is Route.EMBEDDINGS:
+        return {"embedding_dimensions": len(entry.body) // 4}
+    if entry.route is Route.RESPONSES:
+        return {"completion": orjson.loads(entry.body)}
+    return {"completion": entry.completion(entry.entry_id, int(entry.stored_at))}
 
 
 def _limit(raw: str) -> int:
@@ -297,7 +322,9 @@ def _limit(raw: str) -> int:
     return int(raw)
 
 
-def _summary(entry: Entry, now: float) -> dict[str, Any]:
+def _summary(
+    entry: Entry, now: float, effective_threshold: Callable[[float], float]
+) -> dict[str, Any]:
     """One line of the listing: what tells entries apart, and the start of the answer."""
     return {
         "entry_id": entry.entry_id,
@@ -310,18 +337,40 @@ def _summary(entry: Entry, now: float) -> dict[str, Any]:
         "ttl_s": round(entry.ttl_s, 3),
         "fresh": entry.is_fresh(now),
         "feedback_sum": round(sum(entry.feedback), 6),
-        "answer": _answer_start(entry.body),
+        # The similarity a semantic match to it needs.
+        "threshold": effective_threshold(entry.threshold),
+        "answer": _answer_start(entry),
+        **_prompt(entry),
     }
 
 
-def _answer_start(body: bytes) -> str:
-    """The first choice's text, cut to PREVIEW_CHARS ("" for a tool call or no choices)."""
-    choices = orjson.loads(body).get("choices") or [{}]
-    first = choices[0] if isinstance(choices[0], dict) else {}
-    message = first.get("message")
-    text = message.get("content") if isinstance(message, dict) else first.get("text")
+def _answer_start(entry: Entry) -> str:
+    """The answer's text, cut to PREVIEW_CHARS ("" for a tool call or no text; an embedding's
+    dimensions, as its vector is no text)."""
+    if entry.route is Route.EMBEDDINGS:
+        return f"[embedding, {len(entry.body) // 4} dimensions]"
+    answer = orjson.loads(entry.body)
+    text: object = None
+    if entry.route is Route.RESPONSES:
+        text = "".join(
+            part.get("text", "")
+            for item in answer.get("output") or []
+            if isinstance(item, dict) and item.get("type") == "message"
+            for part in item.get("content") or []
+            if isinstance(part, dict) and part.get("type") == "output_text"
+        )
+    else:
+        choices = answer.get("choices") or [{}]
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        message = first.get("message")
+        text = message.get("content") if isinstance(message, dict) else first.get("text")
     text = " ".join(text.split()) if isinstance(text, str) else ""
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _prompt(entry: Entry) -> dict[str, str]:
+    """The prompt, for an entry stored with `admin.store_prompts`; nothing otherwise."""
+    return {} if entry.prompt is None else {"prompt": entry.prompt}
 
 
 def _signal(value: Any) -> str | float:

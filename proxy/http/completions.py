@@ -31,6 +31,7 @@ from proxy.answering.flight_call import CallPlan, UpstreamCaller
 from proxy.answering.flights import Flight, FlightRegistry
 from proxy.answering.verifier import Verifier
 from proxy.http.hit_writer import HitWriter, describe_lookup
+from proxy.http.recent_misses import RecentMisses
 from proxy.http.request_context import CacheOutcome, RequestContext
 from proxy.http.request_reader import ReadRequest, RequestReader
 from proxy.http.responses import (
@@ -64,6 +65,7 @@ class CompletionHandler:
         lookup_turns: Pacer,
         upstream_turns: Pacer,
         hits: HitWriter,
+        misses: RecentMisses,
         tracer: StageTracer | None = None,
     ) -> None:
         self._tracer = tracer or NoopTracer()
@@ -84,6 +86,7 @@ class CompletionHandler:
         self._clock = clock
         self._recorder = recorder
         self._hits = hits
+        self._misses = misses
         self._response_ids = IdSequence()
 
     async def handle(
@@ -105,15 +108,26 @@ class CompletionHandler:
                     read.directives.max_age_s,
                     self._lookup_turns,
                     read.directives.explain,
+                    # The recent misses (the dashboard) keep why each missed: a few numbers.
+                    explain_misses=True,
                 )
                 describe_lookup(span, outcome)
-            ctx.explanation = outcome.explanation
+            if read.directives.explain:
+                ctx.explanation = outcome.explanation
             if outcome.held_back_lemma is not None:
                 self._verify_held_back(read, outcome.held_back_lemma)
             if outcome.hit is not None:
                 return await self._serve_hit(request, ctx, read, outcome)
             ctx.cache = CacheOutcome.MISS
             self._recorder.miss(creq.partition)
+            self._misses.missed(
+                ctx.request_id,
+                str(creq.route),
+                creq.model,
+                creq.namespace,
+                creq.tenant,
+                outcome.explanation,
+            )
         else:
             self._recorder.bypass()
             if read.directives.explain:

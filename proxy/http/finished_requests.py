@@ -30,6 +30,17 @@ class RequestObserver(Protocol):
     def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None: ...
 
 
+class RequestObservers:
+    """Several observers as one (the request metrics and the dashboard's series)."""
+
+    def __init__(self, *observers: RequestObserver) -> None:
+        self._observers = observers
+
+    def observe_request(self, route: str, cache: str, status: int, seconds: float) -> None:
+        for observer in self._observers:
+            observer.observe_request(route, cache, status, seconds)
+
+
 class RequestRecorder(Protocol):
     """Where the request frame hands every finished request (this ledger; edge mode's report)."""
 

@@ -31,7 +31,7 @@ from proxy.http.responses import error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_CACHED_ROUTES = frozenset({"chat", "completions", "responses"})
+_CACHED_ROUTES = frozenset({"chat", "completions", "responses", "embeddings"})
 # What the access log records as the status of a request whose client went away first.
 CLIENT_CLOSED = 499
 

@@ -13,6 +13,8 @@ from tiers.base import LookupExplanation
 
 class CacheOutcome(StrEnum):
     HIT = "hit"
+    # /v1/embeddings: some of the batch's inputs were cached, the rest went upstream.
+    PARTIAL = "partial"
     MISS = "miss"
     BYPASS = "bypass"
     DEGRADED = "degraded"
@@ -40,6 +42,8 @@ class RequestContext:
     relayed: bool = False
     # Why the lookup hit or missed, when the client asked (X-Deja-Explain).
     explanation: LookupExplanation | None = None
+    # /v1/embeddings: (inputs answered from the cache, inputs in the batch).
+    inputs_cached: tuple[int, int] | None = None
 
     def cache_headers(self) -> dict[str, str]:
         """X-Request-Id and the X-Deja-* headers of DESIGN.md's table for what happened to this
@@ -63,6 +67,9 @@ class RequestContext:
             headers["Age"] = str(int(self.age_s))
         if self.coalesced:
             headers["X-Deja-Coalesced"] = "1"
+        if self.inputs_cached is not None:
+            cached, total = self.inputs_cached
+            headers["X-Deja-Inputs-Cached"] = f"{cached}/{total}"
         if self.explanation is not None:
             explained = explanation_header(self.explanation)
             if explained:

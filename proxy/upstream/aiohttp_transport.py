@@ -17,6 +17,7 @@ from multidict import CIMultiDictProxy
 
 from core.config import UpstreamConfig
 from core.errors import UpstreamProtocolError, UpstreamUnreachable
+from proxy.upstream.client import RequestBody
 
 # How long a resolved upstream host name is reused before it is looked up again.
 _DNS_CACHE_TTL_S = 300
@@ -45,7 +46,7 @@ class AiohttpTransport:
             await self._session.close()
 
     async def send(
-        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes
+        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: RequestBody
     ) -> AiohttpBody:
         assert self._session is not None, "AiohttpTransport.start() was not awaited"
         try:

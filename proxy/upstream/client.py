@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,6 +34,8 @@ from proxy.upstream.retry_policy import RATE_LIMITED, RetryPolicy, quota_exhaust
 
 # How the wait between two attempts is spent (seconds in, returns when the next may start).
 Pause = Callable[[float], Awaitable[None]]
+# A request body: whole, or streamed as it arrives from the client (sent once: never retried).
+RequestBody = bytes | AsyncIterable[bytes]
 
 
 class TransportResponse(Protocol):
@@ -66,10 +68,11 @@ class UpstreamTransport(Protocol):
         ...
 
     async def send(
-        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes
+        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: RequestBody
     ) -> TransportResponse:
         """Send one request; returns once the status line and headers arrived (any status).
-        `UpstreamUnreachable` when it could not be sent or no response began."""
+        A streamed body is read as it is sent. `UpstreamUnreachable` when it could not be sent
+        or no response began."""
         ...
 
     async def close(self) -> None: ...
@@ -80,7 +83,7 @@ class UpstreamRequest:
     method: str
     path: str  # relative to the base URL, e.g. "chat/completions"
     headers: tuple[tuple[str, str], ...]
-    body: bytes
+    body: RequestBody
     query: str = ""
 
 
@@ -166,6 +169,7 @@ class UpstreamClient:
         """Send `request`; returns once the status line and headers arrived (any status).
         `retry` false sends it once (for calls that are not safe to repeat); `pause` spends
         each wait between two attempts."""
+        assert isinstance(request.body, bytes) or not retry, "a streamed body cannot be resent"
         attempts = self._retry.attempts(retry)
         for attempt in range(attempts):
             last = attempt == attempts - 1
@@ -206,9 +210,17 @@ class UpstreamClient:
         url = self._base + request.path + (f"?{request.query}" if request.query else "")
         started = time.monotonic()
         headers = with_trace_context(request.headers, self._tracer.outgoing_headers())
+        first_byte_s = self._config.first_byte_timeout_s
+        body = request.body
         try:
-            async with asyncio.timeout(self._config.first_byte_timeout_s):
-                response = await self._transport.send(request.method, url, headers, request.body)
+            # A streamed body (an upload) takes as long as its client takes to send it: the
+            # first-byte timeout starts once it has all gone out.
+            async with asyncio.timeout(
+                None if isinstance(body, AsyncIterable) else first_byte_s
+            ) as deadline:
+                if isinstance(body, AsyncIterable):
+                    body = _deadline_after(body, deadline, first_byte_s)
+                response = await self._transport.send(request.method, url, headers, body)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"the upstream sent nothing within {self._config.first_byte_timeout_s:g} s"
@@ -226,6 +238,15 @@ def with_trace_context(
         return headers
     kept = tuple((k, v) for k, v in headers if k.lower() not in TRACE_HEADERS)
     return kept + tuple(trace.items())
+
+
+async def _deadline_after(
+    body: AsyncIterable[bytes], deadline: asyncio.Timeout, seconds: float
+) -> AsyncIterator[bytes]:
+    """`body`, then `deadline` set `seconds` after its last chunk went out."""
+    async for chunk in body:
+        yield chunk
+    deadline.reschedule(asyncio.get_running_loop().time() + seconds)
 
 
 def forward_headers(

@@ -243,6 +243,8 @@ async def test_openapi_describes_every_admin_route(
         ("/entries/{entry_id}", "delete"),
         ("/invalidate", "post"),
         ("/stats", "get"),
+        ("/series", "get"),
+        ("/misses", "get"),
         ("/warmup", "post"),
         ("/openapi.json", "get"),
     }

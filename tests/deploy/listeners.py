@@ -75,9 +75,23 @@ def listener_of(
         return Listener("modelserver", config.host, config.port, _MODELSERVER_PATHS)
     assert argv[1] == "serve", f"unknown deja command: {argv}"
     effective = proxy_config(argv, environ, files)
+    paths = frozenset(_PROXY_PATHS | ({"/metrics"} if effective["telemetry"]["metrics"] else set()))
+    if _role(argv) == "worker":
+        # A shared edge worker listens on edge.worker_listen, not on server.host:port.
+        host, _, port = str(effective["edge"]["worker_listen"]).rpartition(":")
+        return Listener("serve --role worker", host.strip("[]"), int(port), paths)
     server = effective["server"]
-    paths = _PROXY_PATHS | ({"/metrics"} if effective["telemetry"]["metrics"] else set())
-    return Listener("serve", server["host"], server["port"], frozenset(paths))
+    return Listener("serve", str(server["host"]), int(str(server["port"])), paths)
+
+
+def _role(argv: Sequence[str]) -> str:
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg.startswith("--role="):
+            return arg.split("=", 1)[1]
+        if arg == "--role" and i + 1 < len(args):
+            return args[i + 1]
+    return "proxy"
 
 
 def modelserver_config(argv: Sequence[str], environ: Mapping[str, str]) -> ModelServerConfig:

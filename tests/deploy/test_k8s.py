@@ -221,8 +221,10 @@ def test_a_policy_opening_the_proxy_port_to_all_fails_the_exposure_check(tmp_pat
     find(docs, "NetworkPolicy", "deja-sidecar")["spec"]["ingress"][0].pop("from")
     assert exposure_problems(docs, tmp_path / "open") == ["my-app/deja: port 8080 is open to []"]
     without = [d for d in docs if d["kind"] != "NetworkPolicy"]
-    assert exposure_problems(without, tmp_path / "none") == [
-        "my-app/deja: no NetworkPolicy selects the pod"
+    assert sorted(exposure_problems(without, tmp_path / "none")) == [
+        "deja-worker/deja: no NetworkPolicy selects the pod",
+        "my-app/deja: no NetworkPolicy selects the pod",
+        "my-light-app/deja: no NetworkPolicy selects the pod",
     ]
 
 

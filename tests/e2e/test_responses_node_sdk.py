@@ -1,8 +1,8 @@
-"""The official Node SDK's `responses` API through the proxy (tests/e2e/node/responses_sdk.cjs).
+"""The official Node SDK's `responses` API through the proxy (tests/node/responses_sdk.cjs).
 
-Needs `node` and the `openai` npm package: in tests/e2e/node/node_modules (`npm install
---prefix tests/e2e/node`, from its package.json: openai 6, as 7 needs Node 22) or in the folder
-DEJA_NODE_MODULES names.
+Needs `node` and the `openai` npm package: in tests/node/node_modules (`npm ci --prefix
+tests/node`, which `make test` runs where npm is installed: openai 6, as 7 needs Node 22) or in
+the folder DEJA_NODE_MODULES names.
 Skipped, saying so, where either is missing.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import ProxyFactory
 from tests.support.stub_upstream import StubUpstream
 
-HERE = Path(__file__).parent / "node"
+HERE = Path(__file__).resolve().parents[1] / "node"
 
 
 def _node_modules() -> Path | None:

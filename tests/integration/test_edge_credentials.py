@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from proxy.composition.app import create_app, create_edge_app
-from proxy.edge.worker_link import WorkerLink
+from proxy.edge.worker_link import UnixRoute, WorkerLink
 from tests.conftest import make_config
 from tests.support.raw_http import RawReply, raw_request
 from tests.support.stub_upstream import StubUpstream
@@ -49,7 +49,7 @@ class Edge:
         )
         socket_path = str(tmp / "worker.sock")
         self.worker = UnixServer(create_app(config, edge_worker=True), socket_path)
-        self.front = TestServer(create_edge_app(config, WorkerLink(socket_path), None))
+        self.front = TestServer(create_edge_app(config, WorkerLink(UnixRoute(socket_path)), None))
 
     async def ask(self, headers: Headers) -> RawReply:
         """Exactly `headers` (aiohttp's client would merge a repeat spelled otherwise)."""

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +303,45 @@ def test_a_paraphrase_is_a_semantic_hit_through_the_front() -> None:
         assert stats["hits"]["semantic"] == {"semantic": 1}
     finally:
         stack.close()
+
+
+def test_embeddings_and_uploads_pass_through_the_front(stack: EdgeStack) -> None:
+    auth = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": "embedder", "input": ["edge one", "edge two"], "encoding_format": "base64"}
+    first = http(stack.front, "POST", "/v1/embeddings", body, headers=auth)
+    body["input"] = ["edge one", "edge two", "edge three"]
+    second = http(stack.front, "POST", "/v1/embeddings", body, headers=auth)
+    assert first.headers["X-Deja-Inputs-Cached"] == "0/2"
+    assert (second.headers["X-Deja-Cache"], second.headers["X-Deja-Inputs-Cached"]) == (
+        "partial",
+        "2/3",
+    )
+    assert second.body["data"][:2] == first.body["data"]
+    # A body streamed on to the worker, and from it to the upstream.
+    upload = os.urandom(8 * 1024 * 1024)
+    sent = http(stack.front, "POST", "/v1/files", headers=auth, data=upload)
+    assert sent.status == 200 and sent.body["bytes"] == len(upload)
+
+
+def test_a_streamed_upload_past_the_limit_gets_413_from_the_front() -> None:
+    limit = 1024 * 1024
+    s = EdgeStack({"DEJA_SERVER__MAX_PASSTHROUGH_BYTES": str(limit)})
+    try:
+        connection = HTTPConnection("127.0.0.1", s.front.port, timeout=30)
+        try:
+            chunks = (b"x" * 65536 for _ in range(64))  # 4 MiB, no Content-Length
+            connection.request(
+                "POST",
+                "/v1/files",
+                body=chunks,
+                headers={"Authorization": f"Bearer {KEY}"},
+                encode_chunked=True,
+            )
+            reply = connection.getresponse()
+            error = json.loads(reply.read())["error"]
+        finally:
+            connection.close()
+        assert reply.status == 413
+        assert str(limit) in error["message"]
+    finally:
+        s.close()

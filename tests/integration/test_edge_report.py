@@ -16,7 +16,7 @@ from core.errors import WorkerUnavailable
 from core.recorder import CacheRecorder
 from proxy.answering.feedback import ServedRecord, ServedRequests
 from proxy.edge.report import REPORT_PATH, EdgeReport, EdgeReportReceiver
-from proxy.edge.worker_link import WorkerLink
+from proxy.edge.worker_link import UnixRoute, WorkerLink
 from tests.support.unix_server import UnixServer
 from tiers.base import MatchKind
 
@@ -54,10 +54,15 @@ class Worker:
 
 @pytest.fixture
 async def link(tmp_path: Path) -> AsyncIterator[WorkerLink]:
-    link = WorkerLink(str(tmp_path / "worker.sock"))
+    link = WorkerLink(UnixRoute(str(tmp_path / "worker.sock")))
     await link.start()
     yield link
     await link.close()
+
+
+def socket_of(link: WorkerLink) -> str:
+    assert isinstance(link.route, UnixRoute)
+    return link.route.socket_path
 
 
 def served_hit(report: EdgeReport, front: CacheRecorder, request_id: str) -> None:
@@ -70,7 +75,7 @@ def served_hit(report: EdgeReport, front: CacheRecorder, request_id: str) -> Non
 async def test_what_the_front_served_reaches_the_workers_ledger_counters_and_records(
     link: WorkerLink,
 ) -> None:
-    worker = Worker(link.socket_path)
+    worker = Worker(socket_of(link))
     await worker.start()
     try:
         front = CacheRecorder()
@@ -97,7 +102,7 @@ async def test_a_report_the_worker_cannot_take_yet_is_kept_for_the_next(
     served_hit(report, front, "r-1")
     await report.flush()  # nobody listens on the socket yet
     assert front.snapshot().hits == {("lru_k", "exact"): 1}  # given back
-    worker = Worker(link.socket_path)
+    worker = Worker(socket_of(link))
     await worker.start()
     try:
         served_hit(report, front, "r-2")
@@ -130,7 +135,7 @@ async def test_served_records_stay_bounded_and_oldest_go_first_across_a_failed_r
     served_hit(report, front, "r-2")
     await report.flush()  # nobody listens: both kept
     served_hit(report, front, "r-3")  # newer than what was given back: r-1 goes
-    worker = Worker(link.socket_path)
+    worker = Worker(socket_of(link))
     await worker.start()
     try:
         await report.flush()
@@ -143,7 +148,7 @@ async def test_served_records_stay_bounded_and_oldest_go_first_across_a_failed_r
 
 
 async def test_a_report_of_another_version_is_refused(link: WorkerLink) -> None:
-    worker = Worker(link.socket_path)
+    worker = Worker(socket_of(link))
     await worker.start()
     try:
         stale = orjson.dumps({"v": 99, "observed": [], "served": []})

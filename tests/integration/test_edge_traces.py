@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from proxy.composition.app import create_app, create_edge_app
-from proxy.edge.worker_link import WorkerLink
+from proxy.edge.worker_link import UnixRoute, WorkerLink
 from tests.conftest import make_config
 from tests.support.stub_upstream import StubUpstream
 from tests.support.unix_server import UnixServer
@@ -43,7 +43,7 @@ class TracedEdge:
         worker = create_app(config, edge_worker=True, span_exporter=self.worker_spans)
         self.worker = UnixServer(worker, socket_path)
         front = create_edge_app(
-            config, WorkerLink(socket_path), None, span_exporter=self.front_spans
+            config, WorkerLink(UnixRoute(socket_path)), None, span_exporter=self.front_spans
         )
         self.front = TestServer(front)
 

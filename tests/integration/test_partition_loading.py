@@ -261,7 +261,8 @@ async def test_a_lookup_starts_the_load_and_is_answered_without_waiting_for_it(
             *(a.put(entry(P1, f"e{n}", 2 + n % 6)) for n in range(start, start + 20))
         )
     await a.put(entry(P1, "known", 0))
-    b = await replicas.make()
+    # Flat (exact) throughout: the filler's vectors repeat, which no HNSW graph searches well.
+    b = await replicas.make(flat_max_entries=10_000)
     service = CacheService(
         [b.store], SystemClock(), CacheRecorder(), semantic=b.semantic, partitions=b.loader
     )

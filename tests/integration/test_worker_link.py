@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 
-from proxy.edge.worker_link import WorkerLink
+from proxy.edge.worker_link import UnixRoute, WorkerLink
 from proxy.http.access_log import NoAccessLog
 from proxy.http.finished_requests import RequestLedger
 from proxy.http.frame import RequestFrame
@@ -69,7 +69,7 @@ class Front:
 
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
-        self.link = WorkerLink(socket_path)
+        self.link = WorkerLink(UnixRoute(socket_path))
         self.observed = Observed()
         self.ledger = RequestLedger(self.observed, NoAccessLog(), interval_s=60)
         app = web.Application()

@@ -33,6 +33,7 @@ TINY_CONFIG = ModelServerConfig(
     max_batch_tokens=64,
     default_max_tokens=16,
     warmup=False,
+    embeddings=False,
 )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from core.errors import UpstreamProtocolError, UpstreamUnreachable
+from proxy.upstream.client import RequestBody
 from tests.support.stub_upstream import last_user_text
 
 JSON = (("Content-Type", "application/json"),)
@@ -179,9 +180,11 @@ class FakeTransport:
         self.closed = True
 
     async def send(
-        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes
+        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: RequestBody
     ) -> FakeBody:
         assert self.started and not self.closed, "the transport is not started"
+        if not isinstance(body, bytes):  # streamed: sent whole before any reply, as on a wire
+            body = b"".join([chunk async for chunk in body])
         request = SentRequest(method, url, tuple(headers), body)
         self.sent.append(request)
         scripted = self.script.popleft() if self.script else self.responder(request)

@@ -86,6 +86,11 @@ class StubProcess:
     def calls(self) -> int:
         return int(self._control("GET", "/calls")["calls"])
 
+    def embedding_counts(self) -> tuple[int, int]:
+        """(embeddings calls, inputs in them) received so far."""
+        counts = self._control("GET", "/calls")
+        return int(counts["embedding_calls"]), int(counts["embedding_inputs"])
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
@@ -119,7 +124,13 @@ async def serve_control(stub: StubUpstream, port: int) -> web.AppRunner:
         return web.json_response({"ok": True})
 
     async def get_calls(request: web.Request) -> web.Response:
-        return web.json_response({"calls": stub.completion_calls()})
+        return web.json_response(
+            {
+                "calls": stub.completion_calls(),
+                "embedding_calls": len(stub.embedding_calls),
+                "embedding_inputs": sum(map(len, stub.embedding_calls)),
+            }
+        )
 
     control = web.Application()
     control.router.add_put("/behaviour", put_behaviour)

@@ -19,6 +19,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from tests.support.stub_embeddings import embeddings_body
+
 # Request key: the middleware decided this request gets the configured failure.
 _FAILING = web.RequestKey("stub_failing", bool)
 
@@ -97,6 +99,10 @@ class StubUpstream:
     failed: int = 0
     # /v1/responses kept by id (every one whose request did not say `store: false`).
     stored_responses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Every embeddings call's `input`, as a list of inputs, in order.
+    embedding_calls: list[list[Any]] = field(default_factory=list)
+    # Every upload's body size in bytes (counted as it streams in, never held).
+    uploaded_bytes: list[int] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -109,6 +115,8 @@ class StubUpstream:
         app.router.add_get(f"{self.prefix}/models", self._models)
         app.router.add_post(f"{self.prefix}/responses", self._responses)
         app.router.add_get(f"{self.prefix}/responses/{{response_id}}", self._get_response)
+        app.router.add_post(f"{self.prefix}/embeddings", self._embeddings)
+        app.router.add_post(f"{self.prefix}/files", self._upload)
         app.router.add_route("*", f"{self.prefix}/echo/{{tail:.*}}", self._echo)
         self._runner = web.AppRunner(app, handler_cancellation=True)
         await self._runner.setup()
@@ -150,11 +158,47 @@ class StubUpstream:
             {"object": "list", "data": [{"id": "stub-model", "object": "model"}]}
         )
 
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.headers_seen.append(dict(request.headers))
+        b = self.behaviour
+        if b.delay_s:
+            await asyncio.sleep(b.delay_s)
+        if b.status >= 300 and (b.failures is None or request[_FAILING]):
+            return self._failure()
+        answer = embeddings_body(body)
+        if answer is None:
+            return _error(400, "'input' must be a string or an array", "invalid_input")
+        raw = body["input"]
+        single = isinstance(raw, str) or (raw and isinstance(raw[0], int))
+        self.embedding_calls.append([raw] if single else list(raw))
+        status, payload = answer
+        return web.Response(status=status, body=payload, content_type="application/json")
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """/v1/files: counts the body's bytes as they arrive and answers a file object."""
+        received = 0
+        async for chunk in request.content.iter_any():
+            received += len(chunk)
+        self.uploaded_bytes.append(received)
+        return web.json_response(
+            {
+                "id": f"file-{len(self.uploaded_bytes)}",
+                "object": "file",
+                "bytes": received,
+                "created_at": int(time.time()),
+                "filename": "upload",
+                "purpose": "batch",
+                "status": "processed",
+            }
+        )
+
     async def _echo(self, request: web.Request) -> web.Response:
         body = await request.read()
         if request[_FAILING]:
             return self._failure()
         self.calls.append({"_route": "echo", "method": request.method, "path": request.path})
+        self.headers_seen.append(dict(request.headers))
         return web.json_response(
             {
                 "method": request.method,

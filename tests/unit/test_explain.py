@@ -63,6 +63,16 @@ async def test_a_lookup_explains_itself_only_when_asked() -> None:
     assert asked.explanation == LookupExplanation(served=MatchKind.EXACT)
 
 
+async def test_explaining_misses_only_explains_no_hit() -> None:
+    world = World()
+    await world.memory.put(world.entry("a"))
+    hit = await world.service.lookup(REQUEST, NoFeatures(), explain_misses=True)
+    assert hit.hit is not None and hit.explanation is None
+    reason = SemanticSkip.SEMANTIC_OFF
+    miss = await World().service.lookup(REQUEST, NoFeatures(reason), explain_misses=True)
+    assert miss.hit is None and miss.explanation == LookupExplanation(refused=reason)
+
+
 @pytest.mark.parametrize("reason", list(SemanticSkip))
 async def test_a_miss_never_looked_at_loosely_says_why(reason: SemanticSkip) -> None:
     outcome = await World().service.lookup(REQUEST, NoFeatures(reason), explain=True)

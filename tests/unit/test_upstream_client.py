@@ -8,8 +8,10 @@ wait is asserted exactly and nothing sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import random
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -224,3 +226,29 @@ async def test_a_stream_that_breaks_off_is_a_protocol_error_after_what_came() ->
         async for chunk in response.iter_chunks():
             received.append(chunk)
     assert received == [b'data: {"n": 1}\n\n']
+
+
+async def slowly(*chunks: bytes, gap_s: float) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        await asyncio.sleep(gap_s)
+        yield chunk
+
+
+async def test_a_streamed_body_is_sent_once_and_the_first_byte_timeout_starts_after_it() -> None:
+    # The upload takes 0.15 s, three times the first-byte timeout: only the wait for the
+    # reply after its last byte counts.
+    client, transport = await started(OK)
+    upload = UpstreamRequest("POST", "files", (), slowly(b"ab", b"cd", b"ef", gap_s=0.05))
+    response = await client.open(upload, retry=False)
+    assert response.status == 200
+    assert transport.sent[0].body == b"abcdef"
+    client, _ = await started(Silent())
+    silent = UpstreamRequest("POST", "files", (), slowly(b"ab", b"cd", gap_s=0.05))
+    with pytest.raises(UpstreamTimeout, match=r"sent nothing within 0\.05 s"):
+        await client.open(silent, retry=False)
+
+
+async def test_a_streamed_body_cannot_be_retried() -> None:
+    client, _ = await started(OK)
+    with pytest.raises(AssertionError, match="cannot be resent"):
+        await client.open(UpstreamRequest("POST", "files", (), slowly(b"x", gap_s=0)))
