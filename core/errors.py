@@ -147,3 +147,10 @@ class CorruptEntry(DejaError):
     """A stored record could not be decoded (wrong version, truncated). Treated as absent."""
 
     code = "corrupt_entry"
+
+
+class SnapshotUnreadable(DejaError):
+    """A partition's index snapshot on disk could not be read (damaged, another format). The
+    partition is rebuilt from Redis instead."""
+
+    code = "snapshot_unreadable"

@@ -125,6 +125,27 @@ class SemanticConfig:
     max_entries: int = setting(
         200_000, "vectors across all partitions; the coldest are evicted past it", ge=1
     )
+    # With Redis a replica loads a partition's vectors when first asked about it
+    # (tiers/partition_loader.py); past this estimate of their memory (tiers/semantic/indexed.py:
+    # about 6 KB an entry with MiniLM) the least recently asked-about partitions are dropped,
+    # to load again when asked. Whichever of this and max_entries binds first applies.
+    max_memory_bytes: int = setting(
+        4 * 1024**3,
+        "with Redis: estimated memory of the partitions held; past it the coldest are dropped"
+        " (they reload from Redis on demand)",
+        ge=1,
+    )
+    snapshot_dir: str = setting(
+        "",
+        "local directory for partition index snapshots (restart without rebuilding HNSW);"
+        " empty = none",
+    )
+    snapshot_interval_s: float = setting(
+        300.0, "how often held partitions that changed are snapshotted (and at shutdown)", gt=0
+    )
+    snapshot_min_entries: int = setting(
+        1_000, "smaller partitions are not snapshotted (they load from Redis fast)", ge=1
+    )
     # MiniLM is fastest per text in batches of about 8 here: 5.8 ms against 6.9 ms in
     # batches of 32.
     batch_max: int = setting(

@@ -5,15 +5,20 @@ Cluster slot and multi-key scripts stay legal):
 
     {prefix}:{tag}:e:{entry_id}   hash: the entry record (see entry_codec)
     {prefix}:{tag}:k:{key}        string: entry id, for an exact or a lemma key
+    {prefix}:{tag}:p              hash: the partition's entry ids → their expiry (ms), and
+                                  "~max", the latest of those: what a replica loading the
+                                  partition's vectors reads, instead of SCANning every key
 
 Every key expires at the entry's hard expiry (TTL + stale grace), set with PXAT from the
-entry's own wall-clock times, so replicas agree on it.
+entry's own wall-clock times, so replicas agree on it; the partition's hash at the latest of
+its entries'. Entries stored before the partition hash existed are in no hash: exact lookups
+find them, a partition load does not.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from core.config import RedisConfig
@@ -23,38 +28,61 @@ from tiers.base import Entry, Invalidation, TierName
 from tiers.entry_codec import ANALYSIS, BODY, META, decode_fields, encode_fields
 from tiers.redis_connection import RedisConnection
 
+# The entry (ARGV[2], expiring at ARGV[1]) in its partition's hash (KEYS[2]), which expires with
+# the last of its entries. Without TIME (a script that reads the clock may not write on Redis
+# 6.2), the hash keeps its own latest expiry under "~max".
+_IN_PARTITION = """
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
+if tonumber(redis.call('HGET', KEYS[2], '~max') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[2], '~max', ARGV[1])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[1])
+end
+"""
+
 # Store an entry with its index keys, atomically; returns the id the exact key named until now
 # (the entry this one supersedes), swapped with SET … GET (Redis 6.2+). A script rather than a
 # MULTI pipeline: all its keys share the partition's hash tag, so it runs on one Cluster node,
 # and redis-py's asyncio cluster client runs each command queued in a transaction on a thread
 # of its own with a second event loop (blocking the proxy's loop, and deadlocking it when a
 # failover makes both loops reinitialize the cluster map).
-#   KEYS: entry, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
-_PUT = """
+#   KEYS: entry, partition, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
+_PUT = (
+    """
 redis.call('DEL', KEYS[1])
 for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
-local previous = redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[1], 'GET')
-for i = 3, #KEYS do redis.call('SET', KEYS[i], ARGV[2], 'PXAT', ARGV[1]) end
+"""
+    + _IN_PARTITION
+    + """
+local previous = redis.call('SET', KEYS[3], ARGV[2], 'PXAT', ARGV[1], 'GET')
+for i = 4, #KEYS do redis.call('SET', KEYS[i], ARGV[2], 'PXAT', ARGV[1]) end
 return previous
 """
+)
 
 # Overwrite an entry only while it still exists, atomically with its index keys, so a
 # replace racing a delete can never resurrect half a record.
-#   KEYS: entry, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
-_REPLACE_IF_PRESENT = """
+#   KEYS: entry, partition, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
+_REPLACE_IF_PRESENT = (
+    """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
-for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[2], 'PXAT', ARGV[1]) end
+"""
+    + _IN_PARTITION
+    + """
+for i = 3, #KEYS do redis.call('SET', KEYS[i], ARGV[2], 'PXAT', ARGV[1]) end
 return 1
 """
+)
 
-# Delete an entry and those of its index keys that still point to it.
-#   KEYS: entry, exact key, [lemma key]   ARGV: entry id
+# Delete an entry, its place in its partition's hash, and those of its index keys that still
+# point to it.
+#   KEYS: entry, partition, exact key, [lemma key]   ARGV: entry id
 _DELETE_WITH_KEYS = """
 local n = redis.call('DEL', KEYS[1])
-for i = 2, #KEYS do
+redis.call('HDEL', KEYS[2], ARGV[1])
+for i = 3, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
 end
 return n
@@ -90,6 +118,9 @@ class RedisTier:
 
     def _entry_key(self, entry_id: str) -> str:
         return f"{self._prefix}:{{{entry_id[:PARTITION_TAG_CHARS]}}}:e:{entry_id}"
+
+    def _partition_key(self, entry_id: str) -> str:
+        return f"{self._prefix}:{{{entry_id[:PARTITION_TAG_CHARS]}}}:p"
 
     def _index_key(self, key: str) -> str:
         return f"{self._prefix}:{{{key[:PARTITION_TAG_CHARS]}}}:k:{key}"
@@ -133,7 +164,7 @@ class RedisTier:
 
     async def put(self, entry: Entry) -> str | None:
         argv = self._record_args(entry)
-        keys = [self._entry_key(entry.entry_id), *map(self._index_key, self._keys_of(entry))]
+        keys = self._record_keys(entry)
         async with self._conn.guard(keys[0]) as client:
             previous = await self._script(client, _PUT)(keys=keys, args=argv)
         if previous is None:
@@ -143,7 +174,7 @@ class RedisTier:
 
     async def replace(self, entry: Entry) -> bool:
         argv = self._record_args(entry)
-        keys = [self._entry_key(entry.entry_id), *map(self._index_key, self._keys_of(entry))]
+        keys = self._record_keys(entry)
         async with self._conn.guard(keys[0]) as client:
             script = self._script(client, _REPLACE_IF_PRESENT)
             return bool(await script(keys=keys, args=argv))
@@ -156,7 +187,11 @@ class RedisTier:
                 return False
             parsed = json.loads(meta)
             index = [parsed.get("exact_key"), parsed.get("lemma_key")]
-            keys = [entry_key, *(self._index_key(k) for k in index if k)]
+            keys = [
+                entry_key,
+                self._partition_key(entry_id),
+                *(self._index_key(k) for k in index if k),
+            ]
             script = self._script(client, _DELETE_WITH_KEYS)
             return bool(await script(keys=keys, args=[entry_id]))
 
@@ -180,8 +215,28 @@ class RedisTier:
                 n += 1
         return n
 
+    async def partition_entries(self, tag: str, now_s: float) -> AsyncIterator[Entry]:
+        """The entries (with their vectors) of the partition with this tag that are not past
+        their hard expiry at `now_s`, from its hash: a load reads the partition's keys only,
+        where a SCAN (`scan_entries`) walks every key of every partition."""
+        members = f"{self._prefix}:{{{tag}}}:p"
+        now_ms = now_s * 1000
+        async with self._conn.guard(members) as client:
+            batch: list[str] = []
+            async for raw_id, expiry in client.hscan_iter(members, count=1000):
+                entry_id = raw_id.decode()
+                if entry_id == "~max" or float(expiry) <= now_ms:
+                    continue
+                batch.append(self._entry_key(entry_id))
+                if len(batch) >= 256:
+                    for entry in await self._load_many(client, batch, None):
+                        yield entry
+                    batch = []
+            for entry in await self._load_many(client, batch, None):
+                yield entry
+
     async def scan_entries(self, *, with_vectors: bool = True) -> AsyncIterator[Entry]:
-        """Every stored entry, for rebuilding indexes and invalidation (admin-speed, not hot)."""
+        """Every stored entry, for invalidation and listing (admin-speed, not hot)."""
         fields = None if with_vectors else [META, BODY, ANALYSIS]
         async with self._conn.guard() as client:
             batch: list[bytes] = []
@@ -195,7 +250,7 @@ class RedisTier:
                 yield entry
 
     async def _load_many(
-        self, client: Any, keys: list[bytes], fields: list[str] | None
+        self, client: Any, keys: Sequence[bytes | str], fields: list[str] | None
     ) -> list[Entry]:
         if not keys:
             return []
@@ -225,6 +280,14 @@ class RedisTier:
         for name, value in fields.items():
             argv += [name, value]
         return argv
+
+    def _record_keys(self, entry: Entry) -> list[str]:
+        """KEYS of the scripts that write a record: entry, partition, exact key, [lemma key]."""
+        return [
+            self._entry_key(entry.entry_id),
+            self._partition_key(entry.entry_id),
+            *map(self._index_key, self._keys_of(entry)),
+        ]
 
     @staticmethod
     def _keys_of(entry: Entry) -> list[str]:

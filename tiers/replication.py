@@ -9,9 +9,12 @@ replica follows the stream and applies the other replicas' events to its local t
     delete      drop it from LRU-K and the semantic index
     invalidate  drop every local entry the selector matches
 
-A replica that starts notes the stream's last id, rebuilds its semantic index from the entries
-in Redis, then follows the stream from that id, so nothing written during the rebuild is lost.
-Reads block for less than the socket timeout, so a read never looks like an outage.
+A replica that starts notes the stream's last id and follows the stream from there. Its semantic
+index holds a partition only once asked about it (tiers/partition_loader.py loads it then, from
+a snapshot or from Redis): `add` and `update` events of partitions it does not hold are skipped
+without reading the entry (those entries are in Redis, where a load finds them), while deletes
+and invalidations always reach the local key-value copies. Reads block for less than the socket
+timeout, so a read never looks like an outage.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Protocol
 
 from core.config import RedisConfig
 from core.errors import CorruptEntry, TierUnavailable
+from normalize.keys.request import PARTITION_TAG_CHARS
 from tiers.base import CacheTier, Entry, Invalidation
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
@@ -67,6 +71,36 @@ class ReplicationEvent:
         return fields.get("replica", ""), cls(kind, fields.get("entry_id", ""), selector)
 
 
+class HeldPartitions(Protocol):
+    """Which partitions the semantic index holds (tiers/partition_loader.py)."""
+
+    def holds(self, tag: str) -> bool:
+        """Held or loading: its events are applied."""
+        ...
+
+    def removed(self, entry_id: str) -> None:
+        """An entry was deleted: a load in progress must not index it again."""
+        ...
+
+
+class EveryPartition:
+    """A semantic index that holds every partition (or none at all: edge mode's front)."""
+
+    def holds(self, tag: str) -> bool:
+        return True
+
+    def removed(self, entry_id: str) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class StreamCursor:
+    """The id of the last stream event applied (None until the stream's end was noted): a
+    snapshot is current to it. Shared by the follower, which moves it, and the loader."""
+
+    applied: str | None = None
+
+
 class Replication(Protocol):
     async def publish(self, event: ReplicationEvent) -> None: ...
 
@@ -78,6 +112,11 @@ class NoReplication:
         return None
 
 
+def stream_key(config: RedisConfig) -> str:
+    """The replication stream's Redis key."""
+    return f"{config.key_prefix}:events"
+
+
 class StreamReplication:
     def __init__(
         self,
@@ -87,10 +126,12 @@ class StreamReplication:
         local_tiers: list[CacheTier],
         semantic: SemanticIndex,
         indexes: bool = True,
+        partitions: HeldPartitions | None = None,
+        cursor: StreamCursor | None = None,
     ) -> None:
         self._conn = connection
         self._redis = redis
-        self._key = f"{config.key_prefix}:events"
+        self._key = stream_key(config)
         self._maxlen = config.stream_maxlen
         self._block_ms = max(10, int(config.socket_timeout_s * 1000 / 2))
         self._retry_s = config.probe_interval_s
@@ -100,10 +141,13 @@ class StreamReplication:
         # entry elsewhere needs nothing here (it is found in Redis when asked for), and a changed
         # one only drops the local copy instead of loading the entry (vectors and all).
         self._indexes = indexes
+        self._partitions: HeldPartitions = partitions or EveryPartition()
+        self.cursor = cursor or StreamCursor()
         self.replica = os.urandom(8).hex()
         self._last_id: str | None = None
         self.applied = 0
-        self.rebuilt = 0
+        # `add` and `update` events of partitions the semantic index does not hold.
+        self.skipped = 0
 
     async def publish(self, event: ReplicationEvent) -> None:
         async with self._conn.guard(self._key) as client:
@@ -112,22 +156,11 @@ class StreamReplication:
             )
 
     async def bootstrap(self) -> None:
-        """Note where the stream is, then index every entry Redis holds."""
+        """Note where the stream is: what is written from now on is followed."""
         async with self._conn.guard(self._key) as client:
             last = await client.xrevrange(self._key, count=1)
         self._last_id = last[0][0].decode() if last else "0-0"
-        if not self._indexes:
-            return
-        count = 0
-        async for entry in self._redis.scan_entries(with_vectors=True):
-            try:
-                await self._semantic.add(entry)
-            except CorruptEntry as exc:
-                _log.warning("skipping entry %s while rebuilding: %s", entry.entry_id, exc)
-                continue
-            count += 1
-        self.rebuilt = count
-        _log.info("semantic index rebuilt from redis: %d entries", count)
+        self.cursor.applied = self._last_id
 
     async def follow(self) -> None:
         """Apply other replicas' events until cancelled; waits out Redis outages."""
@@ -155,6 +188,7 @@ class StreamReplication:
                 replica, event = ReplicationEvent.parse(raw)
                 if replica != self.replica:
                     await self._apply(event)
+                self.cursor.applied = self._last_id
 
     async def _apply(self, event: ReplicationEvent) -> None:
         self.applied += 1
@@ -166,8 +200,16 @@ class StreamReplication:
         elif event.kind is EventKind.DELETE:
             for tier in self._local:
                 await tier.delete(event.entry_id)
+            self._partitions.removed(event.entry_id)
             await self._semantic.remove(event.entry_id)
         elif not self._indexes:
+            if event.kind is EventKind.UPDATE:
+                for tier in self._local:
+                    await tier.delete(event.entry_id)
+        elif not self._partitions.holds(event.entry_id[:PARTITION_TAG_CHARS]):
+            # Not held here: nothing to index, and a local copy of a changed entry is dropped
+            # (cheaper than reading the entry; the next lookup reads it from Redis).
+            self.skipped += 1
             if event.kind is EventKind.UPDATE:
                 for tier in self._local:
                     await tier.delete(event.entry_id)

@@ -40,7 +40,13 @@ from tiers.base import (
 from tiers.lookup_outcome import LookupOutcome, lookup_outcome
 from tiers.policies.thresholds import HitSwitch
 from tiers.replication import EventKind, NoReplication, Replication, ReplicationEvent
-from tiers.semantic.protocol import NearestNotes, NullSemanticIndex, SemanticIndex
+from tiers.semantic.protocol import (
+    EveryPartitionHeld,
+    NearestNotes,
+    NullSemanticIndex,
+    PartitionDemand,
+    SemanticIndex,
+)
 
 _log = logging.getLogger("deja.cache")
 
@@ -58,6 +64,7 @@ class CacheService:
         replication: Replication | None = None,
         lemma_hits: HitSwitch | None = None,
         learning: bool = False,
+        partitions: PartitionDemand | None = None,
     ) -> None:
         self._tiers = list(tiers)
         first = self._tiers[0] if self._tiers else None
@@ -73,6 +80,8 @@ class CacheService:
         # Near-misses are noted for learning (`verify.learn_distance` > 0): each semantic
         # search then keeps notes, and checks the guards of one candidate under its threshold.
         self._learning = learning
+        # Told of every lookup's and store's partition, so that the semantic index holds it.
+        self._partitions: PartitionDemand = partitions or EveryPartitionHeld()
 
     async def _publish(self, event: ReplicationEvent) -> None:
         try:
@@ -105,6 +114,8 @@ class CacheService:
         `explain_misses`, only a miss's outcome says why (the dashboard's recent misses): a hit
         pays nothing for it."""
         pacer = pacer or Unpaced()
+        # Any lookup, exact hits too, makes the partition's vectors load (in the background).
+        self._partitions.want(request.partition)
         now = self._clock.time()
         hit, stale = self._memory_lookup(
             request, request.exact_key, MatchKind.EXACT, now, max_age_s
@@ -299,6 +310,7 @@ class CacheService:
         superseded: list[str] = []
         local = self._tiers[:1] if self._memory is not None else []
         await self._put(entry, local, superseded)
+        self._partitions.want(entry.partition)
         await self._semantic.add(entry)
         if answer_vector is not None:
             vector = await answer_vector()

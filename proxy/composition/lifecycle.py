@@ -9,7 +9,8 @@ only those that started. The order, the same for every app (what an app lacks, i
     direct upstream       (front, shared workers) for the misses while none answers
     upstream client       (proxy)
     Redis
-    semantic index, models (proxy) closed once nothing uses them
+    semantic index, models (proxy) closed once nothing uses them (the partitions held are
+                          snapshotted first, with `semantic.snapshot_dir`)
     edge report           (front) handed to the worker while the link is open...
     access log / ledger   ...after the ledger drained the requests' last records into it
     background tasks      cancelled first: warm-up and replication, the dashboard's series,
@@ -18,8 +19,9 @@ only those that started. The order, the same for every app (what an app lacks, i
     readiness             (proxy) not ready the moment shutdown begins
 
 Start-up: the HTTP port opens at once (/healthz answers, exact matches are served); the models
-load and the semantic index is rebuilt from Redis in the background (`warm_up`), and /readyz
-turns 200 when that is done.
+load in the background (`warm_up`), and /readyz turns 200 when they are. With Redis, the
+semantic index holds no partition at first: each loads when first asked about, in the
+background (tiers/partition_loader.py), and /readyz lists those loading without waiting for them.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ def proxy_resources(parts: ProxyParts, *, edge_worker: bool) -> list[CleanupCont
         resources.append(opening(store.redis.start, store.redis.close))
     if store.semantic is not None:
         resources.append(closing(store.semantic.close))
+    if store.partitions is not None:
+        # Before the index closes: the held partitions are snapshotted.
+        resources.append(closing(store.partitions.close))
     if store.features is not None:
         resources.append(closing(store.features.close))
     resources.append(closing(parts.ledger.close))
@@ -69,6 +74,9 @@ def proxy_resources(parts: ProxyParts, *, edge_worker: bool) -> list[CleanupCont
     resources.append(background(lambda: sample_series(parts), "deja-series"))
     if store.semantic is not None:
         resources.append(background(lambda: sweep(store), "deja-sweeper"))
+    if store.partitions is not None and parts.config.semantic.snapshot_dir:
+        interval_s = parts.config.semantic.snapshot_interval_s
+        resources.append(background(lambda: snapshots(store, interval_s), "deja-snapshots"))
     if edge_worker:
         parent = os.getppid()
         resources.append(background(lambda: exit_with_parent(parent), "deja-edge-parent"))
@@ -160,20 +168,27 @@ def _sync(step: Callable[[], None]) -> Callable[[], Awaitable[None]]:
 
 
 async def warm_up(store: StoreParts, readiness: Readiness) -> None:
-    """Load the models, rebuild the semantic index, then follow the other replicas."""
+    """Load the models, note where the replication stream is, then follow the other replicas.
+    Partitions of the semantic index load on demand from then on."""
     try:
+        if store.partitions is not None:
+            # The partitions held when the replica stopped, read back from their snapshots
+            # while the models load (installed once they are).
+            store.partitions.resume()
         if store.features is not None and store.semantic is not None:
             await store.features.start()
             for language, dim in store.features.dims.items():
                 store.semantic.set_dimension(dim, language)
             if store.features.rescore_dim:
                 store.semantic.set_rescore_dimension(store.features.rescore_dim)
+        if store.partitions is not None:
+            store.partitions.models_loaded()
         if store.replication is not None:
             try:
                 await store.replication.bootstrap()
             except TierUnavailable as exc:
-                # Redis is down: serve now, rebuild when it returns (follow() retries).
-                _log.warning("could not rebuild the semantic index from redis yet: %s", exc)
+                # Redis is down: serve now, follow when it returns (follow() retries).
+                _log.warning("could not reach the replication stream yet: %s", exc)
     except Exception as exc:  # noqa: BLE001 - reported on /readyz; the proxy serves exact matches
         readiness.failed(f"start-up failed: {exc!r}")
         _log.exception("start-up failed; serving exact matches only")
@@ -209,7 +224,19 @@ async def sample_series(parts: ProxyParts) -> None:
 
 
 async def sweep(store: StoreParts) -> None:
+    """Expired vectors out, then partitions past the memory budget (entries the stream added
+    count towards it as much as loads do)."""
     assert store.semantic is not None
     while True:
         await asyncio.sleep(SWEEP_INTERVAL_S)
         await store.semantic.sweep()
+        if store.partitions is not None:
+            await store.partitions.enforce_budget()
+
+
+async def snapshots(store: StoreParts, interval_s: float) -> None:
+    """Snapshot the held partitions that changed, every `interval_s`."""
+    assert store.partitions is not None
+    while True:
+        await asyncio.sleep(interval_s)
+        await store.partitions.save_all()

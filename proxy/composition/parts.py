@@ -62,7 +62,7 @@ from tiers.policies.thresholds import HitSwitch, ThresholdController
 from tiers.policies.ttl import TtlPolicy
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
-from tiers.replication import StreamReplication
+from tiers.replication import StreamCursor, StreamReplication, stream_key
 from tiers.semantic.protocol import NullSemanticIndex
 from tiers.service import CacheService
 
@@ -73,12 +73,14 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from normalize.runtime.model_features import SemanticFeatureSource
+    from tiers.partition_loader import PartitionLoader
     from tiers.semantic.tier import SemanticTier
 
 
 class Readiness:
-    """Starting until everything the config enables is loaded (models, the rebuilt index);
-    ready after that, until shutdown begins. A start-up that failed stays not ready, with its
+    """Starting until the models the config enables are loaded and the exact tiers answer;
+    ready after that, until shutdown begins (partitions of the semantic index load in the
+    background, on demand, and never hold it back). A start-up that failed stays not ready, with its
     error reported on /readyz (the proxy still serves exact matches)."""
 
     def __init__(self) -> None:
@@ -121,6 +123,9 @@ class StoreParts:
     semantic: SemanticTier | None
     features: SemanticFeatureSource | None
     replication: StreamReplication | None
+    # With Redis and the semantic tier: which partitions the index holds, loading them on
+    # demand (and snapshotting them); None otherwise (every partition given is held).
+    partitions: PartitionLoader | None
     service: CacheService
     thresholds: ThresholdController
     # Whether lemma-key hits are served: their own false-hit estimate, fed by the verifier.
@@ -230,8 +235,18 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             recorder,
             rescoring,
         )
-    replication = None
+    replication = partitions = None
     if redis is not None and redis_tier is not None:
+        cursor = StreamCursor()
+        if semantic is not None:
+            from tiers.partition_loader import PartitionLoader
+            from tiers.semantic.snapshot import SnapshotStore
+
+            s = config.semantic
+            snapshots = SnapshotStore(s.snapshot_dir, s) if s.snapshot_dir else None
+            partitions = PartitionLoader(
+                semantic, redis_tier, redis, stream_key(config.redis), s, cursor, snapshots, clock
+            )
         replication = StreamReplication(
             redis,
             redis_tier,
@@ -239,6 +254,8 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             local,
             semantic if semantic is not None else NullSemanticIndex(),
             indexes=semantic_index,
+            partitions=partitions,
+            cursor=cursor,
         )
     tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
     service = CacheService(
@@ -249,6 +266,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
         replication,
         lemma_hits,
         learning=semantic is not None and thresholds.learning,
+        partitions=partitions,
     )
     return StoreParts(
         recorder=recorder,
@@ -258,6 +276,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
         semantic=semantic,
         features=features,
         replication=replication,
+        partitions=partitions,
         service=service,
         thresholds=thresholds,
         lemma_hits=lemma_hits,

@@ -162,7 +162,56 @@ def _tiers(store: StoreParts) -> list[Reading]:
                 store.replication.applied,
             )
         )
-    return r
+        r.append(
+            counter(
+                "replication_events_skipped",
+                "Replication add and update events of partitions the semantic index does not hold",
+                store.replication.skipped,
+            )
+        )
+    return r + _partitions(store)
+
+
+def _partitions(store: StoreParts) -> list[Reading]:
+    """The semantic index's partitions on demand (with Redis; README "Partitions on demand")."""
+    loader = store.partitions
+    if loader is None:
+        return []
+    return [
+        gauge(
+            "semantic_partitions_held", "Partitions the semantic index holds", len(loader.held())
+        ),
+        gauge(
+            "semantic_partitions_loading",
+            "Partitions loading into the semantic index",
+            len(loader.loading()),
+        ),
+        counter(
+            "semantic_partition_loads",
+            "Partitions loaded into the semantic index, by source",
+            loader.loaded_from_snapshot,
+            source="snapshot",
+        ),
+        counter(
+            "semantic_partition_loads",
+            "Partitions loaded into the semantic index, by source",
+            loader.loaded_from_redis,
+            source="redis",
+        ),
+        counter(
+            "semantic_partitions_dropped",
+            "Partitions dropped from the semantic index past semantic.max_memory_bytes",
+            loader.dropped,
+        ),
+        counter(
+            "semantic_snapshots_written", "Partition snapshots written", loader.snapshots_written
+        ),
+        counter(
+            "semantic_snapshot_failures",
+            "Partition snapshots that could not be written",
+            loader.snapshot_failures,
+        ),
+    ]
 
 
 def _model_workers(store: StoreParts) -> list[Reading]:

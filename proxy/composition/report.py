@@ -8,17 +8,21 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from core.activity_series import SeriesState
+from normalize.keys.request import PARTITION_TAG_CHARS
 
 if TYPE_CHECKING:  # the parts import this module to give their telemetry its gauges
-    from proxy.composition.parts import ProxyParts
+    from proxy.composition.parts import ProxyParts, StoreParts
 
 
-def readiness_report(parts: ProxyParts) -> Callable[[], tuple[bool, dict[str, Any]]]:
+def readiness_report(
+    parts: ProxyParts,
+) -> Callable[[str | None], tuple[bool, dict[str, Any]]]:
     """/readyz: whether start-up is done, and the state of what it depends on."""
-    return lambda: readiness(parts)
+    return lambda partition: readiness(parts, partition)
 
 
-def readiness(parts: ProxyParts) -> tuple[bool, dict[str, Any]]:
+def readiness(parts: ProxyParts, partition: str | None = None) -> tuple[bool, dict[str, Any]]:
+    """`partition`: a partition's tag (or an entry id, which starts with it) to report on."""
     store, b = parts.store, parts.upstream.breaker.snapshot()
     report: dict[str, Any] = {
         "upstream": parts.config.upstream.url,
@@ -34,11 +38,31 @@ def readiness(parts: ProxyParts) -> tuple[bool, dict[str, Any]]:
             "enabled": parts.config.semantic.enabled,
             "models_loaded": store.features.ready if store.features is not None else False,
             "entries": store.semantic.size() if store.semantic is not None else 0,
+            **_partitions(store, partition),
         },
     }
     if parts.readiness.error is not None:
         report["error"] = parts.readiness.error
     return parts.readiness.ready, report
+
+
+def _partitions(store: StoreParts, asked: str | None) -> dict[str, Any]:
+    """The partitions the semantic index holds (a count: there may be many) and those loading
+    (by tag), with Redis; and the state of the one `asked` about."""
+    loader = store.partitions
+    if loader is None:
+        return {}
+    report: dict[str, Any] = {
+        "held": len(loader.held()),
+        "loading": loader.loading(),
+        "loaded_from_snapshot": loader.loaded_from_snapshot,
+        "loaded_from_redis": loader.loaded_from_redis,
+        "dropped": loader.dropped,
+    }
+    if asked is not None:
+        tag = asked[:PARTITION_TAG_CHARS]
+        report["partition"] = {"tag": tag, "state": loader.state(tag) or "not held"}
+    return {"partitions": report}
 
 
 def models_ready(parts: ProxyParts) -> Callable[[], bool]:
@@ -64,6 +88,9 @@ async def stats(parts: ProxyParts) -> dict[str, Any]:
     estimate = thresholds.estimator.estimate()
     breaker = parts.upstream.breaker.snapshot()
     sizes: dict[str, Any] = {"semantic_entries": store.semantic.size() if store.semantic else 0}
+    if store.partitions is not None:
+        sizes["semantic_partitions_held"] = len(store.partitions.held())
+        sizes["semantic_partitions_loading"] = store.partitions.loading()
     if store.lru is not None:
         sizes["lru_k_entries"] = await store.lru.count()
         sizes["lru_k_bytes"] = store.lru.bytes_used

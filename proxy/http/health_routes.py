@@ -1,8 +1,10 @@
 """/healthz, /readyz and /metrics.
 
-/healthz: the process is alive and serving HTTP. /readyz: 200 once everything the config
-enables is loaded (models, rebuilt indexes), else 503; its body reports Redis and breaker state,
-but a Redis or upstream outage does not fail it, because the proxy still serves through them.
+/healthz: the process is alive and serving HTTP. /readyz: 200 once the models the config enables
+are loaded and the exact tiers answer, else 503; partitions of the semantic index loading in the
+background do not hold it back (its body lists them; `?partition=<tag or entry id>` adds that
+partition's state). The body reports Redis and breaker state, but a Redis or upstream outage
+does not fail it, because the proxy still serves through them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from proxy.http.finished_requests import RequestLedger
 from proxy.http.frame import RequestFrame
 from proxy.http.telemetry import CONTENT_TYPE, Telemetry
 
-ReadinessReport = Callable[[], tuple[bool, dict[str, Any]]]
+# Given a partition's tag (or an entry id) from `?partition=`, the report includes its state.
+ReadinessReport = Callable[[str | None], tuple[bool, dict[str, Any]]]
 
 
 class HealthRoutes:
@@ -43,7 +46,7 @@ class HealthRoutes:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
-        ready, report = self._readiness()
+        ready, report = self._readiness(request.query.get("partition"))
         report = {"status": "ready" if ready else "starting", **report}
         return web.Response(
             status=200 if ready else 503,

@@ -167,7 +167,7 @@ async def found(
 
 def is_graph(tier: SemanticTier, partition: str) -> bool:
     # The tier exposes no index shape; the test reads it to prove which shape it searched.
-    index = tier._indexes[(partition, "en")]
+    index = tier._held.indexes[(partition, "en")]
     assert isinstance(index, VectorIndex)
     return index.is_hnsw
 

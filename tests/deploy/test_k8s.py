@@ -34,7 +34,7 @@ from tests.deploy.k8s import (
     volume_mounts,
     write_config_maps,
 )
-from tests.deploy.listeners import Listener, listener_of
+from tests.deploy.listeners import Listener, listener_of, proxy_config
 
 # What the startup probe must allow for loading the models: 58 s measured on a busy 2-core
 # machine (tests/deploy/test_sidecar_memory.py prints it), five times that for a slower node.
@@ -49,6 +49,8 @@ class DejaContainer:
     spec: Doc
     env: dict[str, str]
     listener: Listener
+    # The folder semantic snapshots are written to ("" when none).
+    snapshot_dir: str
 
     @property
     def name(self) -> str:
@@ -69,7 +71,8 @@ def deja_containers(docs: list[Doc], tmp_path: Path) -> list[DejaContainer]:
             files = {**built.folders(), **write_config_maps(docs, template, container, where)}
             env = {**built.env, **container_env(container)}
             listener = listener_of(argv, env, files)
-            out.append(DejaContainer(template, container, env, listener))
+            snapshots = str(proxy_config(argv, env, files)["semantic"]["snapshot_dir"])
+            out.append(DejaContainer(template, container, env, listener, snapshots))
     return out
 
 
@@ -181,8 +184,10 @@ def test_what_the_proxy_writes_is_on_writable_volumes(tmp_path: Path) -> None:
     for each in deja_containers(all_documents(), tmp_path):
         mounts = volume_mounts(each.template, each.spec)
         read_only = {m["mountPath"] for m in each.spec["volumeMounts"] if m.get("readOnly")}
-        # /tmp: edge mode's socket folder and torch's scratch folder; the model cache.
-        for path in ("/tmp", str(default_cache_dir(each.env))):
+        # /tmp: edge mode's socket folder and torch's scratch folder; the model cache; the
+        # semantic index's snapshots.
+        paths = ["/tmp", str(default_cache_dir(each.env))]
+        for path in [*paths, *([each.snapshot_dir] if each.snapshot_dir else [])]:
             holders = [m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")]
             assert holders, f"{each.name}: {path} is on the read-only root filesystem"
             holder = max(holders, key=len)

@@ -5,6 +5,7 @@ serve, and a lemma key dropped from its entry."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -143,3 +144,23 @@ async def test_a_dropped_lemma_key_no_longer_finds_its_entry(tier: RedisTier) ->
     assert await tier.get(entry.lemma_key) == replace(entry, lemma_key=None)
     assert (await service.lookup(twin, LemmaKeyed(entry.lemma_key))).hit is None
     assert await tier.get(entry.exact_key) == replace(entry, lemma_key=None)
+
+
+async def test_a_partition_hash_lists_its_live_entries_for_a_load(
+    tier: RedisTier, server: Server
+) -> None:
+    """What a replica loading a partition reads (tiers/partition_loader.py): the partition's
+    own hash, which follows stores, deletions and expiry, in the partition's slot."""
+    now = time.time()
+    for name, ttl_s in (("kept", 300.0), ("deleted", 300.0), ("expired", 1.0)):
+        await tier.put(make_entry(name, stored_at=now, ttl_s=ttl_s, grace_s=0.0))
+    await tier.delete(f"{TAG}-deleted")
+    key = f"deja:v1:{{{TAG}}}:p"
+    fields = {k.decode() for k in server.raw.hkeys(key)}
+    assert fields == {f"{TAG}-kept", f"{TAG}-expired", "~max"}
+    # The hash lives as long as its longest-lived entry.
+    assert 299_000 < server.raw.pttl(key) <= 300_000
+    loaded = [e.entry_id async for e in tier.partition_entries(TAG, now + 2.0)]
+    assert loaded == [f"{TAG}-kept"]  # the expired one is skipped without being read
+    other = "f" * 16
+    assert [e async for e in tier.partition_entries(other, now)] == []

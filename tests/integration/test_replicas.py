@@ -82,9 +82,11 @@ class Stack:
             port = free_port()
             self.stub = ServerProcess("stub", stub_argv(port), port)
             self.stub.wait_ready("/v1/models", timeout_s=30)
-            self.replicas = [self.replica() for _ in range(2)]
-            for replica in self.replicas:
-                replica.wait_ready(timeout_s=300)
+            # One after the other: two replicas loading their models at once on a small
+            # machine each take twice as long.
+            for _ in range(2):
+                self.replicas.append(self.replica())
+                self.replicas[-1].wait_ready(timeout_s=300)
         except BaseException:
             self.close()
             raise
@@ -244,8 +246,25 @@ def semantic_entries(server: ServerProcess) -> int:
     return int(admin(server, "GET", "stats").body["sizes"]["semantic_entries"])
 
 
+def partition_state(server: ServerProcess, tag: str) -> str:
+    """ "held", "loading" or "not held": the partition's state in the replica's semantic index,
+    from /readyz."""
+    body = http(server, "GET", f"/readyz?partition={tag}").body
+    return str(body["semantic"]["partitions"]["partition"]["state"])
+
+
+def hold(server: ServerProcess, question: str, key: str = KEY) -> str:
+    """Ask `question` (any answer does: an exact hit too) so that the replica loads the
+    question's partition, and wait until it holds it; returns the partition's tag. A replica
+    indexes another's entries only in partitions it holds (README, "Partitions on demand")."""
+    tag = ask(server, question, key=key).headers["X-Deja-Entry"][:PARTITION_TAG_CHARS]
+    eventually(lambda: partition_state(server, tag) == "held", 10.0)
+    return tag
+
+
 @pytest.mark.models
 def test_an_entry_stored_through_a_is_a_semantic_hit_on_b_within_a_second(semantic: Stack) -> None:
+    hold(semantic.b, "Which partition is this?")
     before = semantic_entries(semantic.b)
     stored(semantic.a, "Who wrote Pride and Prejudice?")
     seconds = eventually(lambda: semantic_entries(semantic.b) > before, 5.0)
@@ -261,6 +280,7 @@ def test_an_entry_stored_through_a_is_a_semantic_hit_on_b_within_a_second(semant
 
 @pytest.mark.models
 def test_warm_up_through_a_makes_b_hit_paraphrases(semantic: Stack) -> None:
+    hold(semantic.b, "Which partition is this?")
     before = semantic_entries(semantic.b)
     data = warm_up_line(
         "What is the boiling point of water at sea level?", "100 degrees Celsius.", KEY
@@ -277,6 +297,7 @@ def test_warm_up_through_a_makes_b_hit_paraphrases(semantic: Stack) -> None:
 
 @pytest.mark.models
 def test_a_complaint_about_a_semantic_hit_raises_its_threshold_everywhere(semantic: Stack) -> None:
+    hold(semantic.b, "Which partition is this?", key="sk-complaints")
     entry_id = stored(semantic.a, "Who wrote Moby Dick?", key="sk-complaints")
     eventually(lambda: admin(semantic.b, "GET", f"entries/{entry_id}").status == 200, 2.0)
     time.sleep(0.5)  # B indexes it from the stream
@@ -321,12 +342,13 @@ def test_a_complaint_about_a_semantic_hit_raises_its_threshold_everywhere(semant
 
 
 @pytest.mark.models
-def test_a_starting_replica_waits_for_the_models_then_indexes_every_partition(
+def test_a_starting_replica_waits_for_the_models_then_loads_each_partition_when_asked(
     semantic: Stack,
 ) -> None:
     """Entries warmed before the models are in would get no embedding: 503 until /readyz. Once
-    ready, the new replica's index holds every entry in Redis, in every partition (on a
-    cluster, spread over the masters: the rebuild scans them all)."""
+    ready, the new replica holds no partition; each question asked there (an exact hit, served
+    from Redis at once) loads its partition, which then holds every entry Redis has in it (on a
+    cluster, wherever its slot lives)."""
     for i in range(6):
         stored(semantic.a, f"Which partition is number {i}?", key=f"sk-rebuild-{i}")
     starting = semantic.replica()
@@ -337,6 +359,15 @@ def test_a_starting_replica_waits_for_the_models_then_indexes_every_partition(
             assert reply.status == 503, reply.body
             assert reply.body["error"]["code"] == "not_ready"
         starting.wait_ready(timeout_s=300)
-        eventually(lambda: semantic_entries(starting) == semantic_entries(semantic.a), 5.0)
+        tags = [
+            ask(starting, f"Which partition is number {i}?", key=f"sk-rebuild-{i}").headers[
+                "X-Deja-Entry"
+            ][:PARTITION_TAG_CHARS]
+            for i in range(6)
+        ]
+        assert len(set(tags)) == 6
+        for tag in tags:  # each loads once asked about (an exact hit, from Redis, meanwhile)
+            eventually(lambda tag=tag: partition_state(starting, tag) == "held", 10.0)
+        eventually(lambda: semantic_entries(starting) >= 6, 5.0)
     finally:
         starting.stop()

@@ -3,7 +3,8 @@
 Paraphrases hit; questions that differ in negation, numbers, entities or roles never do; the
 same question in another context (history, system prompt, model, tenant) never does; prompts
 the English pipeline cannot read match exactly only; entries expire; a replica that starts
-rebuilds its index from Redis, and replicas see each other's entries through the stream.
+loads a partition's entries from Redis when first asked about it, and replicas see each other's
+entries through the stream in the partitions they hold.
 """
 
 from __future__ import annotations
@@ -171,11 +172,16 @@ def test_expired_entries_do_not_hit(stack: Stack) -> None:
     assert headers["X-Deja-Cache"] == "miss"
 
 
-def test_a_new_replica_rebuilds_from_redis_and_follows_the_stream(stack: Stack) -> None:
+def test_a_new_replica_loads_a_partition_when_asked_and_follows_the_stream(stack: Stack) -> None:
     ask(stack.a, "How do I change my shipping address?", key="sk-replica")
     b = proxy(f"{stack.stub.url}/v1", stack.redis.url, env={"DEJA_SEMANTIC__ENABLED": "true"})
     try:
         b.wait_ready(timeout_s=300)
+        # The first question in the partition (an exact hit, from Redis) loads it on B; once
+        # /readyz lists it as held, B's index holds what A stored there.
+        headers, _ = ask(b, "How do I change my shipping address?", key="sk-replica")
+        assert (headers["X-Deja-Cache"], headers["X-Deja-Match"]) == ("hit", "exact")
+        wait_held(b, headers["X-Deja-Entry"][:16])
         headers, answer = ask(b, "How can I change my shipping address?", key="sk-replica")
         assert headers["X-Deja-Cache"] == "hit" and headers["X-Deja-Match"] in ("semantic", "lemma")
         assert answer == "Answer to: How do I change my shipping address?"
@@ -186,6 +192,19 @@ def test_a_new_replica_rebuilds_from_redis_and_follows_the_stream(stack: Stack) 
         assert headers["X-Deja-Cache"] == "hit" and headers["X-Deja-Tier"] in ("semantic", "redis")
     finally:
         b.stop()
+
+
+def wait_held(server: ServerProcess, tag: str, timeout_s: float = 10.0) -> None:
+    """Until the replica's /readyz lists the partition with this tag as held (loaded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        url = f"{server.url}/readyz?partition={tag}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            partitions = json.loads(response.read())["semantic"]["partitions"]
+        if partitions["partition"]["state"] == "held":
+            return
+        assert time.monotonic() < deadline, f"partition {tag} not loaded: {partitions}"
+        time.sleep(0.05)
 
 
 def warm_up(server: ServerProcess, key: str, answers: dict[str, str]) -> None:

@@ -21,6 +21,7 @@ BENCHMARKS = (
     "calibration",
     "faults",
     "modelserver",
+    "restart",
     "shared_worker",
 )
 

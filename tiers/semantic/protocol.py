@@ -156,3 +156,20 @@ class NullSemanticIndex:
 
     def size(self) -> int:
         return 0
+
+
+class PartitionDemand(Protocol):
+    """Where the cache service says which partitions are in use: a replica with Redis holds a
+    partition's vectors only once asked about it (tiers/partition_loader.py)."""
+
+    def want(self, partition: str) -> None:
+        """A lookup or a store in `partition`: hold its vectors, loading them in the background
+        when they are not held yet (the caller never waits for the load)."""
+        ...
+
+
+class EveryPartitionHeld:
+    """An index that holds every partition it was given (no Redis to load from), or none."""
+
+    def want(self, partition: str) -> None:
+        return None

@@ -17,19 +17,16 @@ reads as one question, and serving either is a coin toss; the lookup misses inst
 on Banking77: "How do I reset my PIN?" and "How can I reset my PIN?", cosine 0.995, belong to
 different intents).
 
-The tier holds vectors and each entry's analysis, threshold and expiry, not the answers: a
-candidate's entry is loaded from the key-value tiers by id. All indexes together hold at most
-`max_entries` vectors; past that the least recently used go (their entries stay servable by
-exact key). Entries past TTL + grace are swept out.
+The tier holds vectors and each entry's analysis, threshold and expiry (tiers/semantic/
+holdings.py), not the answers: a candidate's entry is loaded from the key-value tiers by id. At
+most `max_entries` vectors; past that the least recently used go (still servable by exact key);
+past TTL + grace, swept out. Which partitions are held: tiers/partition_loader.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-from collections import OrderedDict
-from dataclasses import dataclass
 
 import faiss
 import numpy as np
@@ -39,38 +36,23 @@ from core.errors import CorruptEntry
 from core.pacing import Pacer, Unpaced
 from core.recorder import CacheRecorder, GuardName
 from core.semantic_config import SemanticConfig
+from normalize.keys.request import PARTITION_TAG_CHARS
 from normalize.meaning.guards import GuardVerdict, MeaningGuard
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, PartitionIndex
 from tiers.policies.rescoring import RescoreBand
 from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.faiss_thread import FaissThread
+from tiers.semantic.holdings import Holdings
+from tiers.semantic.indexed import Indexed, entry_bytes
 from tiers.semantic.protocol import NearestNotes, RescoreVector, SemanticCandidate
+from tiers.semantic.snapshot import IndexImage, Restored
 from tiers.semantic.vector_index import VectorIndex, best_of
 
 _log = logging.getLogger("deja.semantic")
 
 # Searching at least this many vectors runs in the search thread, not on the event loop.
 OFF_LOOP_MIN_VECTORS = 4096
-
-
-@dataclass(slots=True)
-class _Indexed:
-    entry_id: str
-    partition: str
-    vector_id: int
-    threshold: float
-    learned_threshold: float | None
-    expires_at: float
-    hard_expires_at: float
-    tenant: str
-    namespace: str
-    model: str
-    analysis: Analysis
-    # The answer's embedding, once attached (None until then, or for tool-call answers).
-    answer: np.ndarray | None = None
-    # Two-stage: the prompt's vector by the second model (None: one stage, or not attached).
-    rescore: np.ndarray | None = None
 
 
 class SemanticTier:
@@ -95,11 +77,7 @@ class SemanticTier:
         self._thresholds = thresholds
         self._clock = clock
         self._recorder = recorder
-        self._indexes: dict[tuple[str, str], PartitionIndex[faiss.Index]] = {}
-        self._entries: dict[str, _Indexed] = {}
-        self._by_vector: dict[int, str] = {}
-        self._recency: OrderedDict[str, None] = OrderedDict()
-        self._ids = itertools.count(1)
+        self._held = Holdings(clock)
         self._rebuilding: set[tuple[str, str]] = set()
         # Searches and rebuilds in threads of their own: a rebuild to HNSW takes about 1 ms a
         # vector (20 s at the default flat_max_entries), and searches queued behind it would
@@ -111,18 +89,54 @@ class SemanticTier:
         faiss.omp_set_num_threads(1)
 
     def set_dimension(self, dim: int, language: str = "en") -> None:
-        assert dim > 0 and not self._entries, "a dimension is set once, before any entry"
+        assert dim > 0 and not self._held.entries, "a dimension is set once, before any entry"
         self._dims[language] = dim
 
     def set_rescore_dimension(self, dim: int) -> None:
-        assert dim > 0 and not self._entries, "a dimension is set once, before any entry"
+        assert dim > 0 and not self._held.entries, "a dimension is set once, before any entry"
         self._rescore_dim = dim
 
+    @property
+    def dims(self) -> dict[str, int]:
+        """Each language's vector dimension, once its model is loaded."""
+        return dict(self._dims)
+
     def size(self) -> int:
-        return len(self._entries)
+        return len(self._held.entries)
 
     def partitions(self) -> int:
-        return len(self._indexes)
+        return len(self._held.indexes)
+
+    def tag_size(self, tag: str) -> int:
+        return self._held.tag_size(tag)  # entries of the partition with this tag
+
+    def entry_bytes(self) -> int:
+        """The memory one indexed entry costs, estimated (tiers/semantic/indexed.py)."""
+        return entry_bytes(max(self._dims.values(), default=0), self._config.hnsw_m)
+
+    def drop_partition(self, tag: str) -> int:
+        """Forget every vector of the partition with this tag at once (its entries stay in the
+        key-value tiers); returns how many."""
+        return self._held.drop(tag)
+
+    def images(self, tag: str) -> list[IndexImage]:
+        """The partition's indexes and a copy of their entries' list, to snapshot."""
+        return self._held.images(tag, self._dims)
+
+    def reserve_ids(self, count: int) -> int:  # fresh vector ids, for a snapshot's
+        return self._held.reserve_ids(count)
+
+    def version(self, tag: str) -> int:
+        return self._held.version(tag)  # changes to what it holds so far (`Holdings`)
+
+    async def install(self, restored: Restored, removed: set[str]) -> None:
+        """A partition's index restored from a snapshot (see `Holdings.install`)."""
+        await self._held.install(restored, removed)
+        await self._evict_past_cap()
+        key = (restored.partition, restored.language)
+        index = self._held.indexes.get(key)
+        if index is not None:
+            self._maybe_rebuild(key, index)
 
     async def close(self) -> None:
         await asyncio.gather(self._search_thread.close(), self._rebuild_thread.close())
@@ -138,7 +152,7 @@ class SemanticTier:
         rescore: RescoreVector | None = None,
     ) -> list[SemanticCandidate]:
         pacer = pacer or Unpaced()
-        index = self._indexes.get((partition, query.language))
+        index = self._held.indexes.get((partition, query.language))
         if index is None:
             return []
         relaxed = threshold_override is not None
@@ -173,13 +187,13 @@ class SemanticTier:
                 return []
             if notes is not None:
                 notes.decided(similarity, threshold, None)
-            self._recency.move_to_end(item.entry_id)
+            self._held.recency.move_to_end(item.entry_id)
             learned = not relaxed and similarity < self._thresholds.effective(item.threshold)
             return [SemanticCandidate(item.entry_id, similarity, learned)]
         return []
 
     async def _rescored(
-        self, item: _Indexed, similarity: float, threshold: float, rescore: RescoreVector
+        self, item: Indexed, similarity: float, threshold: float, rescore: RescoreVector
     ) -> float:
         """Two-stage: the second model's similarity for a candidate in the band under its
         threshold (tiers/policies/rescoring.py), else the first model's."""
@@ -195,7 +209,7 @@ class SemanticTier:
     async def _note_near_miss(
         self,
         query: Analysis,
-        item: _Indexed,
+        item: Indexed,
         similarity: float,
         threshold: float,
         notes: NearestNotes,
@@ -212,7 +226,7 @@ class SemanticTier:
             and (await self._guards(query, item.analysis, pacer)).agree
         ):
             held = thresholds.held_back(item.threshold, item.learned_threshold, similarity)
-            notes.missed_near(item.entry_id, similarity, item.analysis.language, held)
+            notes.missed_near(item.entry_id, similarity, item.language, held)
 
     async def contradicts(
         self,
@@ -224,16 +238,16 @@ class SemanticTier:
     ) -> bool:
         """Whether a neighbour contradicts `entry_id` as the answer to this query (see
         `_contradicted`): for matches found without a similarity search (the lemma key)."""
-        index = self._indexes.get((partition, query.language))
-        item = self._entries.get(entry_id)
+        index = self._held.indexes.get((partition, query.language))
+        item = self._held.entries.get(entry_id)
         if index is None or item is None or item.answer is None or self._config.answer_margin <= 0:
             return False
         own = index.vector(item.vector_id)
         if own is None:
             return False
-        similarity = self._thresholds.similarity(item.analysis.language, float(np.dot(vector, own)))
+        similarity = self._thresholds.similarity(item.language, float(np.dot(vector, own)))
         pacer = pacer or Unpaced()
-        neighbours = await self._neighbours(index, vector, item.analysis.language, pacer)
+        neighbours = await self._neighbours(index, vector, item.language, pacer)
         if await self._contradicted(query, item, similarity, neighbours, pacer):
             self._recorder.guard_rejected(GuardName.ANSWERS)
             return True
@@ -246,7 +260,7 @@ class SemanticTier:
         language: str,
         pacer: Pacer,
         relaxed: bool = False,
-    ) -> list[tuple[_Indexed, float]]:
+    ) -> list[tuple[Indexed, float]]:
         """The `candidates` nearest entries, best first, each with its similarity on the
         common scale (tiers/policies/similarity_scale.py). A hit needs a fresh entry; a relaxed
         (degraded) match takes one within its grace."""
@@ -265,14 +279,14 @@ class SemanticTier:
         return [
             (item, self._thresholds.similarity(language, similarity))
             for item, similarity in (
-                (self._entries.get(self._by_vector.get(vector_id, "")), similarity)
+                (self._held.entries.get(self._held.by_vector.get(vector_id, "")), similarity)
                 for vector_id, similarity in found
             )
             if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
         ]
 
     async def _refusing_guard(
-        self, query: Analysis, item: _Indexed, pacer: Pacer
+        self, query: Analysis, item: Indexed, pacer: Pacer
     ) -> GuardName | None:
         """The guard that finds the query asks something else than `item` (None: the same)."""
         verdict = await self._guards(query, item.analysis, pacer)
@@ -294,9 +308,9 @@ class SemanticTier:
     async def _contradicted(
         self,
         query: Analysis,
-        best: _Indexed,
+        best: Indexed,
         similarity: float,
-        live: list[tuple[_Indexed, float]],
+        live: list[tuple[Indexed, float]],
         pacer: Pacer,
     ) -> bool:
         """Whether another neighbour within `answer_margin` of `similarity` asks the same
@@ -311,7 +325,7 @@ class SemanticTier:
             if other_similarity < similarity - margin:
                 break  # best first: the rest are further away still
             cosine = float(np.dot(best.answer, other.answer))
-            if self._thresholds.answers_agree(cosine, best.analysis.language):
+            if self._thresholds.answers_agree(cosine, best.language):
                 continue
             if (await self._guards(query, other.analysis, pacer)).agree:
                 return True
@@ -320,7 +334,7 @@ class SemanticTier:
     async def add(self, entry: Entry) -> None:
         if entry.vector is None or entry.analysis is None:
             return
-        if entry.entry_id in self._entries:
+        if entry.entry_id in self._held.entries:
             await self.update(entry)
             return
         try:
@@ -332,49 +346,40 @@ class SemanticTier:
         if not dim or vector.shape != (dim,):
             return  # a replica's with another embedding model or language: not comparable
         key = (entry.partition, analysis.language)
-        index = self._indexes.get(key)
+        index = self._held.indexes.get(key)
         if index is None:
-            cfg = self._config
-            index = VectorIndex(dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search)
-            self._indexes[key] = index
-        vector_id = next(self._ids)
+            index = self._held.indexes[key] = self._new_index(dim)
+        vector_id = self._held.reserve_ids(1)
         index.add(vector_id, vector)
-        self._entries[entry.entry_id] = _Indexed(
-            entry.entry_id,
-            entry.partition,
-            vector_id,
-            entry.threshold,
-            entry.learned_threshold,
-            entry.expires_at,
-            entry.hard_expires_at,
-            entry.tenant,
-            entry.namespace,
-            entry.model,
-            analysis,
-            self._answer_of(entry, analysis.language),
-            self._rescore_of(entry),
-        )
-        self._by_vector[vector_id] = entry.entry_id
-        self._recency[entry.entry_id] = None
-        while len(self._entries) > self._config.max_entries:
-            coldest = next(iter(self._recency))
-            await self.remove(coldest)
-            self.evictions += 1
+        answer = self._answer_of(entry, analysis.language)
+        self._held.hold(Indexed.of(entry, vector_id, analysis, answer, self._rescore_of(entry)))
+        await self._evict_past_cap()
         self._maybe_rebuild(key, index)
 
+    def _new_index(self, dim: int) -> VectorIndex:
+        cfg = self._config
+        return VectorIndex(dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search)
+
+    async def _evict_past_cap(self) -> None:
+        while len(self._held.entries) > self._config.max_entries:
+            coldest = next(iter(self._held.recency))
+            await self.remove(coldest)
+            self.evictions += 1
+
     def answer_vector(self, entry_id: str) -> np.ndarray | None:
-        item = self._entries.get(entry_id)
+        item = self._held.entries.get(entry_id)
         return None if item is None else item.answer
 
     async def update(self, entry: Entry) -> None:
-        item = self._entries.get(entry.entry_id)
+        item = self._held.entries.get(entry.entry_id)
         if item is not None:
+            self._held.changed(entry.entry_id[:PARTITION_TAG_CHARS])
             item.threshold = entry.threshold
             item.learned_threshold = entry.learned_threshold
             item.expires_at = entry.expires_at
             item.hard_expires_at = entry.hard_expires_at
             if item.answer is None:
-                item.answer = self._answer_of(entry, item.analysis.language)
+                item.answer = self._answer_of(entry, item.language)
             if item.rescore is None:
                 item.rescore = self._rescore_of(entry)
 
@@ -392,28 +397,15 @@ class SemanticTier:
         return vector if vector.shape == (self._rescore_dim,) else None
 
     async def remove(self, entry_id: str) -> bool:
-        item = self._entries.pop(entry_id, None)
-        if item is None:
+        if entry_id not in self._held.entries:
             return False
-        self._recency.pop(entry_id, None)
-        self._by_vector.pop(item.vector_id, None)
-        key = (item.partition, item.analysis.language)
-        index = self._indexes[key]
-        index.remove(item.vector_id)
-        if len(index) == 0:
-            del self._indexes[key]
-        else:
-            self._maybe_rebuild(key, index)
+        left = self._held.release(entry_id)
+        if left is not None:
+            self._maybe_rebuild(*left)
         return True
 
     async def invalidate(self, selector: Invalidation) -> int:
-        doomed = [
-            item.entry_id
-            for item in self._entries.values()
-            if (selector.tenant is None or item.tenant == selector.tenant)
-            and (selector.namespace is None or item.namespace == selector.namespace)
-            and (selector.model is None or item.model == selector.model)
-        ]
+        doomed = self._held.matching(selector)
         for entry_id in doomed:
             await self.remove(entry_id)
         return len(doomed)
@@ -421,7 +413,9 @@ class SemanticTier:
     async def sweep(self) -> int:
         """Drop entries past TTL + grace; returns how many."""
         now = self._clock.time()
-        gone = [item.entry_id for item in self._entries.values() if now >= item.hard_expires_at]
+        gone = [
+            item.entry_id for item in self._held.entries.values() if now >= item.hard_expires_at
+        ]
         for entry_id in gone:
             await self.remove(entry_id)
         return len(gone)
