@@ -410,6 +410,10 @@ def main() -> None:
         result = asyncio.run(main_async(args))
     table = render_table(result)
     path = write_json(name, result)
+    if args.runs:
+        # The plot and the report's prose are about the full set of runs.
+        print(f"\nwrote {path} ({result['elapsed_s']:.0f} s)")
+        return
     docs = ROOT / "docs"
     render_plot(result, docs / f"{name}.png")
     md = docs / f"{name}.md"
