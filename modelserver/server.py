@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP surface (aiohttp), built by `create_app(config, runtime)`.
 
-Routes: `POST /v1/chat/completions`, `POST /v1/completions` (JSON or SSE), `POST /v1/embeddings`
+Routes: `POST /v1/chat/completions`, `POST /v1/completions` (JSON or SSE), `POST /v1/responses`
+and `GET /v1/responses/{id}` (modelserver/responses_api.py), `POST /v1/embeddings`
 (with `embeddings` on: modelserver/embeddings.py), `GET /v1/models`,
 `GET /healthz`, `GET /readyz`, `GET /metrics`. The `_errors` middleware is the one place where
 errors become OpenAI error objects. The engine thread starts with the app and stops with it
@@ -14,22 +15,23 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from modelserver.answer_stream import AnswerStream
 from modelserver.completion_request import (
     CompletionRequest,
     parse_chat_request,
     parse_completion_request,
     sampling_params,
 )
-from modelserver.completion_response import JSON, ResponseBuilder, Usage
+from modelserver.completion_response import JSON, ResponseBuilder
 from modelserver.config import ModelServerConfig
 from modelserver.embeddings import parse_embeddings_request
 from modelserver.engine import GenerationRequest
-from modelserver.engine_client import EngineClient, OutputStream
+from modelserver.engine_client import EngineClient
 from modelserver.errors import (
     BodyTooLarge,
     ContextLengthExceeded,
@@ -41,6 +43,14 @@ from modelserver.errors import (
     Overloaded,
 )
 from modelserver.metrics import CONTENT_TYPE, render_metrics
+from modelserver.responses_api import (
+    ResponseStore,
+    ResponseWriter,
+    answer_plain,
+    answer_streamed,
+    kept_response,
+    parse_responses_request,
+)
 from modelserver.runtime import Runtime
 from modelserver.text_output import TextAssembler, TokenText
 
@@ -57,6 +67,8 @@ class ServerState:
     model_names: frozenset[str]
     """Names a request's `model` may use: the served name and the `--model` spelling."""
     created: int
+    responses: ResponseStore
+    """The Responses API's kept responses (modelserver/responses_api.py)."""
 
 
 STATE = web.AppKey("state", ServerState)
@@ -70,10 +82,13 @@ def create_app(config: ModelServerConfig, runtime: Runtime) -> web.Application:
         client=EngineClient(runtime.engine),
         model_names=frozenset({runtime.model_name, config.model}),
         created=int(time.time()),
+        responses=ResponseStore(),
     )
     app.cleanup_ctx.append(_engine_thread)
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/responses", _responses)
+    app.router.add_get("/v1/responses/{response_id}", _get_response)
     if runtime.embeddings is not None:
         app.cleanup_ctx.append(_embedding_thread)
         app.router.add_post("/v1/embeddings", _embeddings)
@@ -158,6 +173,25 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, state, parsed, prompt_ids)
 
 
+async def _responses(request: web.Request) -> web.StreamResponse:
+    kept = request.app[STATE].responses
+    parsed = parse_responses_request(await _read_json(request), kept)
+    state = _state_for(request, parsed.completion)
+    tokenizer = state.runtime.tokenizer
+    rendered = tokenizer.render_chat(parsed.completion.messages)
+    prompt_ids = tokenizer.encode(rendered, add_special_tokens=False)
+    _builder, answer = _start(state, parsed.completion, prompt_ids)
+    writer = ResponseWriter(parsed, state.runtime.model_name)
+    if parsed.completion.stream:
+        return await answer_streamed(request, parsed, writer, answer, kept, error_json)
+    return await answer_plain(parsed, writer, answer, kept)
+
+
+async def _get_response(request: web.Request) -> web.Response:
+    kept = request.app[STATE].responses
+    return web.json_response(kept_response(kept, request.match_info["response_id"]))
+
+
 async def _embeddings(request: web.Request) -> web.Response:
     embeddings = request.app[STATE].runtime.embeddings
     assert embeddings is not None, "the route exists only with an embedding model"
@@ -198,6 +232,25 @@ def _model_card(state: ServerState) -> JSON:
 async def _generate(
     request: web.Request, state: ServerState, parsed: CompletionRequest, prompt_ids: list[int]
 ) -> web.StreamResponse:
+    builder, answer = _start(state, parsed, prompt_ids)
+    if parsed.stream:
+        return await _stream_response(request, builder, answer, parsed)
+    tokens: list[TokenText] = []
+    async with contextlib.aclosing(answer.deltas()) as deltas:
+        async for _text, new_tokens in deltas:
+            tokens.extend(new_tokens)  # the assembler keeps the whole text
+    assert answer.finish_reason is not None, "the answer ended without a finish reason"
+    body = builder.completion(
+        answer.text, answer.finish_reason, tokens if parsed.logprobs else None, answer.usage()
+    )
+    return web.json_response(body)
+
+
+def _start(
+    state: ServerState, parsed: CompletionRequest, prompt_ids: list[int]
+) -> tuple[ResponseBuilder, AnswerStream]:
+    """The request submitted to the engine (raises at once: context too long, queue full,
+    engine down; no byte is sent yet), and its answer to read."""
     max_model_len = state.runtime.max_model_len
     if not prompt_ids:
         raise InvalidRequest("the prompt is empty")
@@ -225,60 +278,11 @@ async def _generate(
     stream = state.client.generate(
         GenerationRequest(builder.id, tuple(prompt_ids), sampling, parsed.cache_salt)
     )
-    answer = _Answer(stream, assembler, len(prompt_ids))
-    if parsed.stream:
-        return await _stream_response(request, builder, answer, parsed)
-    tokens: list[TokenText] = []
-    async with contextlib.aclosing(answer.deltas()) as deltas:
-        async for _text, new_tokens in deltas:
-            tokens.extend(new_tokens)  # the assembler keeps the whole text
-    assert answer.finish_reason is not None, "the answer ended without a finish reason"
-    body = builder.completion(
-        assembler.text, answer.finish_reason, tokens if parsed.logprobs else None, answer.usage()
-    )
-    return web.json_response(body)
-
-
-class _Answer:
-    """Engine outputs → text deltas, ending at the engine's finish or at a stop string."""
-
-    def __init__(
-        self, stream: OutputStream, assembler: TextAssembler, num_prompt_tokens: int
-    ) -> None:
-        self._stream = stream
-        self._assembler = assembler
-        self._num_prompt_tokens = num_prompt_tokens
-        self._num_cached_tokens = 0
-        self.finish_reason: str | None = None
-
-    async def deltas(self) -> AsyncGenerator[tuple[str, list[TokenText]], None]:
-        """(new text, tokens whose text is now all sent) per engine output; `finish_reason` is
-        set when the last one is yielded. Closing this early aborts the engine request."""
-        async with contextlib.aclosing(self._stream):
-            async for output in self._stream:
-                self._num_cached_tokens = output.num_cached_tokens
-                assert output.token is not None, "only error outputs lack a token"
-                delta = self._assembler.push(output.token)
-                text, tokens = delta.text, list(delta.tokens)
-                if self._assembler.stopped_by_string:
-                    self.finish_reason = (
-                        "stop"  # the engine may run on: the stream's close aborts it
-                    )
-                elif output.finish_reason is not None:
-                    self.finish_reason = output.finish_reason.value
-                if self.finish_reason is not None:
-                    tail = self._assembler.flush()
-                    text, tokens = text + tail.text, tokens + list(tail.tokens)
-                yield text, tokens
-                if self.finish_reason is not None:
-                    return
-
-    def usage(self) -> Usage:
-        return Usage(self._num_prompt_tokens, self._assembler.num_tokens, self._num_cached_tokens)
+    return builder, AnswerStream(stream, assembler, len(prompt_ids))
 
 
 async def _stream_response(
-    request: web.Request, builder: ResponseBuilder, answer: _Answer, parsed: CompletionRequest
+    request: web.Request, builder: ResponseBuilder, answer: AnswerStream, parsed: CompletionRequest
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=_SSE_HEADERS)
     deltas = answer.deltas()
