@@ -223,9 +223,16 @@ class RedisTier:
         now_ms = now_s * 1000
         async with self._conn.guard(members) as client:
             batch: list[str] = []
+            # Ids past their expiry: nothing removes them as their entries expire (the hash
+            # goes only with its last entry), so a load prunes them, or a busy partition's
+            # hash would keep every id it ever had.
+            expired: list[bytes] = []
             async for raw_id, expiry in client.hscan_iter(members, count=1000):
                 entry_id = raw_id.decode()
-                if entry_id == "~max" or float(expiry) <= now_ms:
+                if entry_id == "~max":
+                    continue
+                if float(expiry) <= now_ms:
+                    expired.append(raw_id)
                     continue
                 batch.append(self._entry_key(entry_id))
                 if len(batch) >= 256:
@@ -234,6 +241,8 @@ class RedisTier:
                     batch = []
             for entry in await self._load_many(client, batch, None):
                 yield entry
+            for start in range(0, len(expired), 1000):
+                await client.hdel(members, *expired[start : start + 1000])
 
     async def scan_entries(self, *, with_vectors: bool = True) -> AsyncIterator[Entry]:
         """Every stored entry, for invalidation and listing (admin-speed, not hot)."""

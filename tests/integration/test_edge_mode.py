@@ -146,7 +146,9 @@ def test_a_repeat_is_answered_by_the_front_even_while_the_worker_is_stopped(
         "hit",
         "exact",
     )
-    assert hit.headers["X-Deja-Tier"] == "lru_k"  # the front's own copy
+    # The front's own tiers: its LRU-K copy, or its Redis when a replication update from the
+    # worker (the answer's vector attached, say) has just dropped that copy.
+    assert hit.headers["X-Deja-Tier"] in ("lru_k", "redis")
     assert hit.headers["X-Deja-Entry"] == entry
     assert hit.body["choices"][0]["message"]["content"] == "Answer to: " + question
     assert hit.body["id"] != miss.body["id"] and hit.body["usage"] == miss.body["usage"]
@@ -166,7 +168,9 @@ def test_explain_reads_the_same_from_the_front_and_from_its_worker(stack: EdgeSt
         plain = ask(stack.front, question)
     finally:
         os.kill(worker, signal.SIGCONT)
-    assert hit.headers["X-Deja-Tier"] == "lru_k"  # the front's own copy
+    # The front's own tiers: its LRU-K copy, or its Redis when a replication update from the
+    # worker (the answer's vector attached, say) has just dropped that copy.
+    assert hit.headers["X-Deja-Tier"] in ("lru_k", "redis")
     assert hit.headers["X-Deja-Explain"] == "served=exact"
     assert "X-Deja-Explain" not in plain.headers
 

@@ -162,5 +162,7 @@ async def test_a_partition_hash_lists_its_live_entries_for_a_load(
     assert 299_000 < server.raw.pttl(key) <= 300_000
     loaded = [e.entry_id async for e in tier.partition_entries(TAG, now + 2.0)]
     assert loaded == [f"{TAG}-kept"]  # the expired one is skipped without being read
+    # ... and pruned: the hash would otherwise keep every id its partition ever had.
+    assert {k.decode() for k in server.raw.hkeys(key)} == {f"{TAG}-kept", "~max"}
     other = "f" * 16
     assert [e async for e in tier.partition_entries(other, now)] == []
