@@ -227,6 +227,19 @@ def _negation_scope(query: Analysis, cached: Analysis) -> str | None:
 
 
 def _numbers(q: MeaningSignature, c: MeaningSignature) -> str | None:
+    conflict = number_conflict(q, c, same_units=True)
+    if conflict is not None:
+        return conflict
+    if q.math != c.math:
+        return f"number: arithmetic {list(q.math)} vs {list(c.math)}"
+    return None
+
+
+def number_conflict(q: MeaningSignature, c: MeaningSignature, *, same_units: bool) -> str | None:
+    """Why two texts' quantities disagree, or None: a value in one text only, or one value
+    with other units (`same_units`: any difference in its units; otherwise only units that
+    share nothing, where a language's readings of a unit vary). Shared by every language's
+    guard."""
     values_q = Counter(x.value for x in q.quantities)
     values_c = Counter(x.value for x in c.quantities)
     if values_q != values_c:
@@ -240,11 +253,10 @@ def _numbers(q: MeaningSignature, c: MeaningSignature) -> str | None:
     for x in c.quantities:
         if x.unit:
             units_c[x.value].add(x.unit)
-    for value in units_q.keys() & units_c.keys():
-        if units_q[value] != units_c[value]:
+    for value in sorted(units_q.keys() & units_c.keys()):
+        differ = units_q[value] != units_c[value]
+        if differ if same_units else units_q[value].isdisjoint(units_c[value]):
             return f"number: {value} {sorted(units_q[value])} vs {sorted(units_c[value])}"
-    if q.math != c.math:
-        return f"number: arithmetic {list(q.math)} vs {list(c.math)}"
     return None
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from core.semantic_config import SemanticConfig
-from normalize.meaning.guards import AGREE, GuardVerdict
+from normalize.meaning.guards import AGREE, GuardVerdict, number_conflict
 from normalize.meaning.signature import Analysis, MeaningSignature, RoleFact
 from normalize.meaning.zh.lexicon import (
     ASK_KINDS,
@@ -132,23 +132,8 @@ def _antonym(q: MeaningSignature, c: MeaningSignature) -> str | None:
 
 
 def _numbers(q: MeaningSignature, c: MeaningSignature) -> str | None:
-    values_q = Counter(x.value for x in q.quantities)
-    values_c = Counter(x.value for x in c.quantities)
-    if values_q != values_c:
-        diff = sorted((values_q - values_c) + (values_c - values_q))
-        return f"number: {', '.join(diff)} in one text only"
-    units_q: dict[str, set[str]] = defaultdict(set)
-    units_c: dict[str, set[str]] = defaultdict(set)
-    for x in q.quantities:
-        if x.unit:
-            units_q[x.value].add(x.unit)
-    for x in c.quantities:
-        if x.unit:
-            units_c[x.value].add(x.unit)
-    for value in sorted(units_q.keys() & units_c.keys()):
-        if units_q[value].isdisjoint(units_c[value]):
-            return f"number: {value} {sorted(units_q[value])} vs {sorted(units_c[value])}"
-    return None
+    # For Chinese quantities, units conflict only when they share none.
+    return number_conflict(q, c, same_units=False)
 
 
 def _entities(query: Analysis, cached: Analysis, text_q: str, text_c: str) -> str | None:
