@@ -59,12 +59,11 @@ def run(
             while (elapsed := load.now()) < duration:
                 fleet.sample_rss(started)
                 if not restart and elapsed >= duration / 2:
-                    load.pause_probes.set()
-                    at = load.now()
-                    down_s = fleet.restart(fleet.slots[-1])
+                    with load.probing:  # a probe in flight finishes first
+                        at = load.now()
+                        down_s = fleet.restart(fleet.slots[-1])
                     restart = {"slot": fleet.slots[-1].index, "at_s": round(at, 1)}
                     restart["down_s"] = round(down_s, 1)
-                    load.pause_probes.clear()
                 time.sleep(min(5.0, max(0.0, duration - load.now())))
             fleet.sample_rss(started)
         finally:

@@ -11,9 +11,10 @@ tenants. Another thread, every `event_every_s`, through one proxy in turn:
 - invalidation: a fresh question in one of three namespaces is stored and, once every live proxy
   serves it, that namespace is invalidated;
 
-then polls every live proxy (`Cache-Control: no-store`: a lookup that stores nothing) until it no
-longer serves the entry (a miss, or a hit on another entry), and records how long that took on
-each (a probe not seen within `limit_s` is recorded as that limit and fails the soak).
+then polls every live proxy at once, one poller each (`Cache-Control: no-store`: a lookup that
+stores nothing) until it no longer serves the entry (a miss, or a hit on another entry), and
+records how long that took on each (a probe not seen within `limit_s` is recorded as that limit
+and fails the soak).
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ class Load:
     probes: list[Probe] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
-    pause_probes: threading.Event = field(default_factory=threading.Event)
+    # Held by a probe while it runs, and by a restart: neither starts during the other.
+    probing: threading.Lock = field(default_factory=threading.Lock)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def now(self) -> float:
@@ -165,19 +167,18 @@ class Load:
     def prober(self, every_s: float, limit_s: float) -> None:
         n = 0
         while not self.stop.wait(every_s):
-            if self.pause_probes.is_set():
-                continue
-            live = self.fleet.live()
-            if len(live) < len(self.fleet.slots):
-                continue
-            via = live[n % len(live)]
-            kind = "feedback" if n % 2 == 0 else "invalidate"
-            try:
-                self.probes.append(self._probe(kind, n, via, live, limit_s))
-            except (AssertionError, OSError) as error:
-                self.probes.append(Probe(self.now(), kind, via.index, {}, repr(error)))
-                self._fail(f"probe {n} ({kind} via {via.index}): {error!r}")
-            n += 1
+            with self.probing:
+                live = self.fleet.live()
+                if len(live) < len(self.fleet.slots):
+                    continue
+                via = live[n % len(live)]
+                kind = "feedback" if n % 2 == 0 else "invalidate"
+                try:
+                    self.probes.append(self._probe(kind, n, via, live, limit_s))
+                except (AssertionError, OSError) as error:
+                    self.probes.append(Probe(self.now(), kind, via.index, {}, repr(error)))
+                    self._fail(f"probe {n} ({kind} via {via.index}): {error!r}")
+                n += 1
 
     def _probe(self, kind: str, n: int, via: Slot, live: list[Slot], limit_s: float) -> Probe:
         namespace = NAMESPACES[n % len(NAMESPACES)]
@@ -217,15 +218,27 @@ class Load:
             assert reply.status == 200, (reply.status, reply.raw[:200])
         done, at = time.monotonic(), self.now()
         seen: dict[int, float] = {}
-        while len(seen) < len(live):
-            for slot in live:
-                if slot.index not in seen and not serves(slot)():
-                    seen[slot.index] = time.monotonic() - done
-            if time.monotonic() - done > limit_s:
-                for slot in live:
-                    seen.setdefault(slot.index, float("inf"))
-                break
-            time.sleep(0.02)
+
+        def watch(slot: Slot) -> None:
+            # One poller per proxy, all at once: polled one after the other, each proxy's time
+            # would include the lookups of those polled before it.
+            try:
+                while serves(slot)():
+                    if time.monotonic() - done > limit_s:
+                        seen[slot.index] = float("inf")
+                        return
+                    time.sleep(0.02)
+            except (AssertionError, OSError) as error:
+                seen[slot.index] = float("inf")
+                self._fail(f"probe {n} ({kind}): polling proxy {slot.index}: {error!r}")
+                return
+            seen[slot.index] = time.monotonic() - done
+
+        watchers = [threading.Thread(target=watch, args=(slot,)) for slot in live]
+        for watcher in watchers:
+            watcher.start()
+        for watcher in watchers:
+            watcher.join()
         return Probe(at, kind, via.index, seen)
 
     def _fail(self, message: str) -> None:
