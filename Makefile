@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all venv mpnet system run run-proxy test test-all lint bench clean
+.PHONY: all venv mpnet system run run-proxy test test-all soak lint bench clean
 
 all: test
 
@@ -61,6 +61,11 @@ test: venv system lint
 
 test-all: venv system lint
 	$(BIN)/pytest -q -m ''
+
+# The fleet soak (tests/soak, marked slow): three proxies with real models on one Redis, then on
+# a Redis Cluster, DEJA_SOAK_MINUTES (10) each; writes bench/results/soak-<redis>.json.
+soak: venv system
+	$(BIN)/pytest -q -s -m slow tests/soak
 
 run: venv system $(RUN_NEEDS)
 	@SEMANTIC_MODEL=$(SEMANTIC_MODEL) scripts/run.sh

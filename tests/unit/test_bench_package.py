@@ -23,6 +23,7 @@ BENCHMARKS = (
     "modelserver",
     "restart",
     "shared_worker",
+    "soak",
 )
 
 
