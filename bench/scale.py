@@ -16,6 +16,8 @@ Per size and layout:
   the queries hit (reading one record costs the same whatever Redis holds);
 - recall@1: the index's top-1 against exact search. A query goes to the partition of its exact
   nearest neighbour among all entries (where its paraphrases are, as a tenant's are);
+- the collector as the proxy sets it once started (`settle_collector`: what is held is frozen
+  out of full collections); full collections during the searches and lookups are counted;
 - bytes/entry: RSS growth per entry (after gc and malloc_trim) and beyond the vector's
   384 × 4 bytes; the tier's own estimate (`SemanticTier.entry_bytes`) next to it;
 - restart: a snapshot of a partition written, then read, restored and installed into a fresh
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import math
 import tempfile
 import time
@@ -65,6 +68,7 @@ from core.clock import SystemClock
 from core.config import RedisConfig
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig
+from proxy.composition.lifecycle import settle_collector
 from tests.support.redis_server import RedisServer
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
@@ -98,6 +102,10 @@ async def measure(
     await fill(tier, layout, vectors, vectors)
     build_s = time.perf_counter() - began
     grown = rss_bytes() - before
+    # The proxy's collector once it has started (proxy/composition/lifecycle.py): what is held
+    # so far frozen out of full collections, a larger young generation.
+    settle_collector()
+    full_collections = gc.get_stats()[2]["collections"]
     nearest = exact_nearest(vectors[: layout.entries], queries)
     try:
         searches, hits, found = [], 0, []
@@ -121,6 +129,8 @@ async def measure(
         restart = await restart_time(config, tier, layout, vectors)
         graph = any(index_of(tier, layout.partition(int(n))).is_hnsw for n in nearest[:1])
     finally:
+        full_collections = gc.get_stats()[2]["collections"] - full_collections
+        gc.unfreeze()
         await tier.close()
     return {
         "entries": layout.entries,
@@ -135,6 +145,7 @@ async def measure(
         "rss_bytes_beyond_vector": grown / layout.entries - VECTOR_BYTES,
         "estimated_bytes_per_entry": tier.entry_bytes(),
         "restart": restart,
+        "full_collections": full_collections,
     }
 
 
@@ -280,6 +291,7 @@ def report(out: dict[str, Any]) -> None:
             r["estimated_bytes_per_entry"],
             r["build_s"],
             r["restart"]["ready_s"],
+            r["full_collections"],
         ]
         for r in out["runs"]
     ]
@@ -301,6 +313,7 @@ def report(out: dict[str, Any]) -> None:
             "estimate B",
             "build s",
             "restart s",
+            "full GCs",
         ],
         rows,
     )
