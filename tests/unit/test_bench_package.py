@@ -22,6 +22,7 @@ BENCHMARKS = (
     "faults",
     "modelserver",
     "restart",
+    "scale",
     "shared_worker",
     "soak",
 )
