@@ -86,16 +86,34 @@ class GuardVerdict:
 AGREE = GuardVerdict(True)
 
 
+@dataclass(frozen=True, slots=True)
+class GuardSwitches:
+    """Which guards `semantic.guard_*` turns on; every language's guard reads the same ones."""
+
+    negation: bool
+    numbers: bool
+    entities: bool
+    roles: bool
+    antonyms: bool
+    question: bool
+
+    @classmethod
+    def of(cls, config: SemanticConfig) -> GuardSwitches:
+        return cls(
+            config.guard_negation,
+            config.guard_numbers,
+            config.guard_entities,
+            config.guard_roles,
+            config.guard_antonyms,
+            config.guard_question,
+        )
+
+
 class MeaningGuard:
     """Compares the meaning signatures of a query and a cached entry; see the module docstring."""
 
     def __init__(self, config: SemanticConfig) -> None:
-        self._negation = config.guard_negation
-        self._numbers = config.guard_numbers
-        self._entities = config.guard_entities
-        self._roles = config.guard_roles
-        self._antonyms = config.guard_antonyms
-        self._question = config.guard_question
+        self._on = GuardSwitches.of(config)
         self._max_moved = config.max_moved_phrases
         self._config = config
         self._chinese_guard: ChineseGuard | None = None
@@ -130,13 +148,13 @@ class MeaningGuard:
         q, c = query.signature, cached.signature
         reason = (
             self._polarity(query, cached)
-            or (self._antonym(q, c) if self._antonyms else None)
-            or (_numbers(q, c) if self._numbers else None)
-            or (_entities(query, cached) if self._entities else None)
-            or (_question(query, cached) if self._question else None)
-            or (parsed_roles(query, cached) if self._roles else None)
+            or (self._antonym(q, c) if self._on.antonyms else None)
+            or (_numbers(q, c) if self._on.numbers else None)
+            or (_entities(query, cached) if self._on.entities else None)
+            or (_question(query, cached) if self._on.question else None)
+            or (parsed_roles(query, cached) if self._on.roles else None)
         )
-        if reason or not self._roles:
+        if reason or not self._on.roles:
             yield GuardVerdict(False, reason) if reason else AGREE
             return
         yield None
@@ -152,15 +170,15 @@ class MeaningGuard:
 
     def _polarity(self, query: Analysis, cached: Analysis) -> str | None:
         flips_q, flips_c = _prefix_antonyms(query, cached)
-        if not self._antonyms:
+        if not self._on.antonyms:
             flips_q = flips_c = []
-        neg_q = _aligned_negators(query, cached) if self._negation else 0
-        neg_c = _aligned_negators(cached, query) if self._negation else 0
+        neg_q = _aligned_negators(query, cached) if self._on.negation else 0
+        neg_c = _aligned_negators(cached, query) if self._on.negation else 0
         if (neg_q + len(flips_q)) % 2 != (neg_c + len(flips_c)) % 2:
             if flips_q or flips_c:
                 return f"antonym: {'/'.join(flips_q + flips_c)}"
             return f"negation: {neg_q} vs {neg_c} negators"
-        if self._negation and neg_q and neg_c:
+        if self._on.negation and neg_q and neg_c:
             return _negation_scope(query, cached)
         return None
 

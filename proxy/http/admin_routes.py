@@ -283,15 +283,7 @@ class AdminRoutes:
     def _describe(self, entry: Entry) -> dict[str, Any]:
         now = self._views.clock.time()
         return {
-            "entry_id": entry.entry_id,
-            "route": str(entry.route),
-            "tenant": entry.tenant,
-            "namespace": entry.namespace,
-            "model": entry.model,
-            "stored_at": entry.stored_at,
-            "age_s": round(entry.age_s(now), 3),
-            "ttl_s": round(entry.ttl_s, 3),
-            "fresh": entry.is_fresh(now),
+            **_identity(entry, now),
             "expires_at": entry.expires_at,
             "grace_ends_at": entry.hard_expires_at,
             "confidence": entry.confidence,
@@ -316,6 +308,21 @@ def _stored_answer(entry: Entry) -> dict[str, Any]:
     return {"completion": entry.completion(entry.entry_id, int(entry.stored_at))}
 
 
+def _identity(entry: Entry, now: float) -> dict[str, Any]:
+    """What both an entry's listing line and its full description start with."""
+    return {
+        "entry_id": entry.entry_id,
+        "route": str(entry.route),
+        "tenant": entry.tenant,
+        "namespace": entry.namespace,
+        "model": entry.model,
+        "stored_at": entry.stored_at,
+        "age_s": round(entry.age_s(now), 3),
+        "ttl_s": round(entry.ttl_s, 3),
+        "fresh": entry.is_fresh(now),
+    }
+
+
 def _limit(raw: str) -> int:
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_LISTING:
         raise InvalidRequest(f"'limit' must be a whole number from 1 to {MAX_LISTING}")
@@ -327,15 +334,7 @@ def _summary(
 ) -> dict[str, Any]:
     """One line of the listing: what tells entries apart, and the start of the answer."""
     return {
-        "entry_id": entry.entry_id,
-        "route": str(entry.route),
-        "tenant": entry.tenant,
-        "namespace": entry.namespace,
-        "model": entry.model,
-        "stored_at": entry.stored_at,
-        "age_s": round(entry.age_s(now), 3),
-        "ttl_s": round(entry.ttl_s, 3),
-        "fresh": entry.is_fresh(now),
+        **_identity(entry, now),
         "feedback_sum": round(sum(entry.feedback), 6),
         # The similarity a semantic match to it needs.
         "threshold": effective_threshold(entry.threshold),

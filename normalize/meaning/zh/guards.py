@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from core.semantic_config import SemanticConfig
-from normalize.meaning.guards import AGREE, GuardVerdict, number_conflict
+from normalize.meaning.guards import AGREE, GuardSwitches, GuardVerdict, number_conflict
 from normalize.meaning.signature import Analysis, MeaningSignature, RoleFact
 from normalize.meaning.zh.lexicon import (
     ASK_KINDS,
@@ -52,12 +52,7 @@ class ChineseGuard:
     """Compares two Chinese analyses; see the module docstring."""
 
     def __init__(self, config: SemanticConfig) -> None:
-        self._negation = config.guard_negation
-        self._numbers = config.guard_numbers
-        self._entities = config.guard_entities
-        self._roles = config.guard_roles
-        self._antonyms = config.guard_antonyms
-        self._question = config.guard_question
+        self._on = GuardSwitches.of(config)
 
     def compare(self, query: Analysis, cached: Analysis) -> GuardVerdict:
         if not (query.analysable and cached.analysable):
@@ -67,12 +62,12 @@ class ChineseGuard:
         q, c = query.signature, cached.signature
         text_q, text_c = _joined(query), _joined(cached)
         reason = (
-            (_negation(q, c, text_q, text_c) if self._negation else None)
-            or (_antonym(q, c) if self._antonyms else None)
-            or (_numbers(q, c) if self._numbers else None)
-            or (_entities(query, cached, text_q, text_c) if self._entities else None)
-            or (_question(q, c) if self._question else None)
-            or (_roles(q, c, text_q, text_c) if self._roles else None)
+            (_negation(q, c, text_q, text_c) if self._on.negation else None)
+            or (_antonym(q, c) if self._on.antonyms else None)
+            or (_numbers(q, c) if self._on.numbers else None)
+            or (_entities(query, cached, text_q, text_c) if self._on.entities else None)
+            or (_question(q, c) if self._on.question else None)
+            or (_roles(q, c, text_q, text_c) if self._on.roles else None)
         )
         return GuardVerdict(False, reason) if reason else AGREE
 
