@@ -132,6 +132,17 @@ def _minutes(samples: list[Sample], minutes: float) -> list[dict[str, Any]]:
                 if rows
                 else 0.0,
                 "p99_ms": round(1000 * _p99([s.latency_s for s in rows]), 1),
+                # Which proxy and which outcome the slow requests were, when the p99 moved.
+                "p99_ms_by_slot": {
+                    str(slot): round(1000 * _p99([s.latency_s for s in rows if s.slot == slot]), 1)
+                    for slot in sorted({s.slot for s in rows})
+                },
+                "p99_ms_by_cache": {
+                    cache or "none": round(
+                        1000 * _p99([s.latency_s for s in rows if s.cache == cache]), 1
+                    )
+                    for cache in sorted({s.cache for s in rows})
+                },
             }
         )
     return out
@@ -154,6 +165,24 @@ def _rss(slot: Slot, warmup_s: float) -> dict[str, Any]:
         "warm_mib": round(base / 2**20, 1),
         "end_mib": round(end / 2**20, 1),
         "growth": round(end / base - 1, 4),
+        "by_process": _rss_by_process(slot.rss_parts, after[0][0] if after else first_t),
+    }
+
+
+def _rss_by_process(
+    parts: list[tuple[float, dict[str, int]]], warm_at: float
+) -> dict[str, dict[str, float]]:
+    """Each process's RSS (MiB) when the warm-up ended and at the end."""
+    if not parts:
+        return {}
+    warm = next((p for t, p in parts if t >= warm_at), parts[0][1])
+    end = parts[-1][1]
+    return {
+        name: {
+            "warm_mib": round(warm.get(name, 0) / 2**20, 1),
+            "end_mib": round(rss / 2**20, 1),
+        }
+        for name, rss in end.items()
     }
 
 
@@ -251,6 +280,8 @@ def table(result: dict[str, Any]) -> str:
                 f"{r['slot']:>5}  {r['generation']:>3}  {r['judged']!s:>6}  "
                 f"{r['warm_mib']:>8.1f}  {r['end_mib']:>7.1f}  {r['growth']:>+6.1%}"
             )
+            for name, mib in r.get("by_process", {}).items():
+                lines.append(f"         {name:<40} {mib['warm_mib']:>8.1f}  {mib['end_mib']:>7.1f}")
     probes = result["probes"]
     lines.append(
         f"probes: {probes['feedback']} feedback evictions, {probes['invalidate']} "

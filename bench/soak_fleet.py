@@ -43,22 +43,35 @@ class Slot:
     down: bool = False
     # (seconds since the soak started, RSS bytes) of the current generation.
     rss: list[tuple[float, int]] = field(default_factory=list)
+    # The same samples per process of the tree ("proxy" and each child's name and pid): which
+    # process grew, when the sum did.
+    rss_parts: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     # Partition tags this generation was asked about (from the entry ids it answered with).
     tags: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def tree_rss(pid: int) -> int:
-    """RSS of a process and all its descendants, in bytes (0 once it is gone)."""
+def tree_rss(pid: int) -> dict[str, int]:
+    """RSS of a process ("proxy") and each of its descendants ("<name> <pid>"), in bytes
+    (empty once it is gone)."""
     try:
         root = psutil.Process(pid)
-        total = root.memory_info().rss
+        parts = {"proxy": int(root.memory_info().rss)}
         for child in root.children(recursive=True):
             with contextlib.suppress(psutil.NoSuchProcess):
-                total += child.memory_info().rss
-        return int(total)
+                parts[f"{_role(child)} {child.pid}"] = int(child.memory_info().rss)
+        return parts
     except psutil.NoSuchProcess:
-        return 0
+        return {}
+
+
+def _role(process: psutil.Process) -> str:
+    """A child's name: the last word of its command line that names a module or role."""
+    with contextlib.suppress(psutil.Error):
+        words = [w for w in process.cmdline() if not w.startswith("-")]
+        if words:
+            return words[-1].rsplit("/", 1)[-1][:40]
+    return process.name()
 
 
 class Fleet:
@@ -110,6 +123,7 @@ class Fleet:
             slot.generation += 1
             slot.ready_at = time.monotonic()
             slot.rss = []
+            slot.rss_parts = []
             slot.tags = set()
             slot.down = False
         return time.monotonic() - started
@@ -119,9 +133,11 @@ class Fleet:
 
     def sample_rss(self, since: float) -> None:
         for slot in self.live():
-            rss = tree_rss(slot.server.proc.pid)
-            if rss:
-                slot.rss.append((time.monotonic() - since, rss))
+            parts = tree_rss(slot.server.proc.pid)
+            if parts:
+                at = time.monotonic() - since
+                slot.rss.append((at, sum(parts.values())))
+                slot.rss_parts.append((at, parts))
 
     def redis_client(self) -> Any:
         cls = redis.RedisCluster if self.backend == "cluster" else redis.Redis
