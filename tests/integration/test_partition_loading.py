@@ -489,7 +489,7 @@ async def test_two_stage_vectors_come_back_with_the_snapshot(
     restarted.loader.want(P1)
     await restarted.loaded(P1)
     assert restarted.loader.loaded_from_snapshot == 1
-    held = restarted.semantic._held.entries
+    held = restarted.semantic._held
     for n in range(3):
-        rescore = held[f"{tag(P1)}-e{n}"].rescore
+        rescore = held.rescore(held.entries[f"{tag(P1)}-e{n}"])
         assert rescore is not None and np.array_equal(rescore, axis(n + 3))

@@ -8,12 +8,12 @@ search will ever look at.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-
-import numpy as np
 
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry
+from tiers.semantic.vector_rows import NO_ROW
 
 # Python's share of one indexed entry beyond its vectors. Measured here with tracemalloc, 20,000
 # MiniLM-sized entries added and every analysis parsed: 2.07 KB traced per entry, 1.5 KB of it
@@ -43,41 +43,35 @@ class Indexed:
     namespace: str
     model: str
     language: str
-    # The answer's embedding, once attached (None until then, or for tool-call answers).
-    answer: np.ndarray | None
     # The prompt's analysis, parsed (None until a search first needs it), and its wire form.
     parsed: Analysis | None
     wire: str
-    # Two-stage: the prompt's vector by the second model (None: one stage, or not attached).
-    rescore: np.ndarray | None = None
+    # The rows of its answer's embedding (once attached; none for tool-call answers) and, in
+    # two-stage mode, of its prompt's vector by the second model, in its partition's
+    # `VectorRows` (tiers/semantic/holdings.py); NO_ROW: none.
+    answer_row: int = NO_ROW
+    rescore_row: int = NO_ROW
 
     @classmethod
-    def of(
-        cls,
-        entry: Entry,
-        vector_id: int,
-        analysis: Analysis,
-        answer: np.ndarray | None,
-        rescore: np.ndarray | None = None,
-    ) -> Indexed:
-        """The record of a new entry, its analysis parsed already."""
+    def of(cls, entry: Entry, vector_id: int, analysis: Analysis) -> Indexed:
+        """The record of a new entry, its analysis parsed already. The strings many entries
+        share (partition, tenant, namespace, model) are interned: one copy each, not one per
+        entry (a partition's 53 characters are 100 bytes an entry)."""
         assert entry.analysis is not None, "an indexed entry has an analysis"
         return cls(
             entry.entry_id,
-            entry.partition,
+            sys.intern(entry.partition),
             vector_id,
             entry.threshold,
             entry.learned_threshold,
             entry.expires_at,
             entry.hard_expires_at,
-            entry.tenant,
-            entry.namespace,
-            entry.model,
-            analysis.language,
-            answer,
+            sys.intern(entry.tenant),
+            sys.intern(entry.namespace),
+            sys.intern(entry.model),
+            sys.intern(analysis.language),
             analysis,
             entry.analysis,
-            rescore,
         )
 
     @property
