@@ -351,7 +351,6 @@ def _image(data: np.lib.npyio.NpzFile, n: int, head: dict[str, Any]) -> IndexIma
             sys.intern(namespace),
             sys.intern(model),
             language,
-            None,
             wire,
         )
         for entry_id, tenant, namespace, model, wire, vector_id, (

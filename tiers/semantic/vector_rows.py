@@ -88,8 +88,9 @@ class VectorRows:
 
     def _grow(self) -> None:
         # By a quarter, not double: a doubled array would be half empty just after growing,
-        # 384 bytes an entry of nothing at 384 dimensions.
-        grown = np.zeros((max(64, len(self._rows) * 5 // 4), self._dim), dtype=np.float16)
+        # 384 bytes an entry of nothing at 384 dimensions. From 8 rows, not more: most
+        # partitions are small (1,000 of 10 entries each would otherwise hold mostly room).
+        grown = np.zeros((max(8, len(self._rows) * 5 // 4), self._dim), dtype=np.float16)
         grown[: self._used] = self._rows[: self._used]
         self._rows = grown
 
