@@ -16,19 +16,21 @@ from normalize.meaning.signature import Analysis
 from tiers.base import Entry
 from tiers.semantic.vector_rows import NO_ROW
 
-# Python's share of one indexed entry beyond its vectors. Measured here with tracemalloc, 20,000
-# MiniLM-sized entries added and every analysis parsed: 2.07 KB traced per entry, 1.5 KB of it
-# the vector's copy kept for rebuilds, so about 0.5 KB for the record, its parsed analysis and
-# its dictionary slots. Rounded up to 1 KB for what tracemalloc does not see (FAISS's id maps):
-# an estimate for a budget, not an account.
+# Python's share of one indexed entry beyond its vectors, and FAISS's id maps. Measured here
+# with tracemalloc (2026-12-05), 20,000 MiniLM-sized entries in one partition, every analysis
+# parsed: 1,702 B traced per entry, 777 of it the answer's float16 row (with the rows' room to
+# grow), so about 925 B for the record (144), its parsed analysis (about 580), its id (71), its
+# two map slots (about 125) and its ints; FAISS's IndexIDMap2 adds about 50 (its id array and
+# reverse map) that tracemalloc does not see. An estimate for a budget, not an account.
 PYTHON_BYTES_PER_ENTRY = 1_000
 
 
 def entry_bytes(dim: int, hnsw_m: int) -> int:
-    """The memory one indexed entry of `dim` dimensions costs, estimated: its vector in FAISS,
-    the copy kept for rebuilds, its answer's vector, its HNSW links (2·M on the ground layer,
-    4-byte ids) and the Python above."""
-    return 3 * 4 * dim + 2 * hnsw_m * 4 + PYTHON_BYTES_PER_ENTRY
+    """The memory one indexed entry of `dim` dimensions costs, estimated: its vector in FAISS
+    (the only copy: rebuilds read it back), its answer's vector as a float16 row, its HNSW
+    links (2·M on the ground layer, 4-byte ids) and the Python above. 3,560 bytes at 384
+    dimensions and M 32 (5,864 while a second float32 copy and a float32 answer were held)."""
+    return 4 * dim + 2 * dim + 2 * hnsw_m * 4 + PYTHON_BYTES_PER_ENTRY
 
 
 @dataclass(slots=True)
