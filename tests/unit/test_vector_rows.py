@@ -96,6 +96,7 @@ def test_freed_rows_are_reused_and_growth_keeps_every_row() -> None:
     gathered = rows.gather([at[1], NO_ROW, at[2]])
     assert gathered.dtype == np.float16
     assert np.array_equal(gathered[1], np.zeros(DIM)) and gathered[2][0] == np.float16(2 / 64)
+    assert np.array_equal(VectorRows(DIM).gather([NO_ROW, NO_ROW]), np.zeros((2, DIM)))
 
 
 @pytest.mark.parametrize(("side", "contradicted"), [(+1, False), (-1, True)])

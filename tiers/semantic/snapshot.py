@@ -324,11 +324,14 @@ def _image(data: np.lib.npyio.NpzFile, n: int, head: dict[str, Any]) -> IndexIma
         parts.append(part)
     ids, times = data[f"i{n}_ids"].tolist(), data[f"i{n}_times"].tolist()
     # Format 2's float32 vectors are rounded here to the float16 the tier holds.
+    # (np.asarray: format 3's float16 arrays are taken as they are read, not copied.)
     answers = SideVectors(
-        data[f"i{n}_answers"].astype(np.float16), data[f"i{n}_has_answer"].astype(bool)
+        np.asarray(data[f"i{n}_answers"], dtype=np.float16),
+        np.asarray(data[f"i{n}_has_answer"], dtype=bool),
     )
     rescores = SideVectors(
-        data[f"i{n}_rescores"].astype(np.float16), data[f"i{n}_has_rescore"].astype(bool)
+        np.asarray(data[f"i{n}_rescores"], dtype=np.float16),
+        np.asarray(data[f"i{n}_has_rescore"], dtype=bool),
     )
     partition, language = sys.intern(str(head["partition"])), sys.intern(str(head["language"]))
     columns = [_unpacked(data[f"i{n}_{name}"], data[f"i{n}_{name}_ends"]) for name in _STRINGS]
