@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from tiers.semantic import vector_index
 from tiers.semantic.vector_index import PART_VECTORS, VectorIndex, best_of
 
 DIM = 16
@@ -88,7 +90,11 @@ def test_best_of_merges_parts_best_first_each_id_once() -> None:
     assert found == [(3, 0.95), (1, 0.9), (2, 0.5)]
 
 
-def test_a_rebuild_keeps_what_changed_while_it_built_and_reads_vectors_back_from_faiss() -> None:
+def test_a_rebuild_keeps_what_changed_while_it_built_and_reads_vectors_back_from_faiss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The graph is read back 64 vectors per hold of the lock here (4,096 shipped): in pieces.
+    monkeypatch.setattr(vector_index, "COPY_VECTORS", 64)
     # The rebuild's three steps run one by one here, with adds and removes between the copy of
     # the vectors and the swap, as the event loop makes them while the worker thread builds.
     # efSearch past the vector count: the graph's searches score every vector they reach, so

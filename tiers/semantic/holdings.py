@@ -90,7 +90,8 @@ class Holdings:
         return None if shelf is None else shelf.records.get(vector_id)
 
     def served(self, entry_id: str) -> None:
-        self.entries.move_to_end(entry_id)
+        if entry_id in self.entries:  # (released while its search awaited the guards)
+            self.entries.move_to_end(entry_id)
 
     def coldest(self) -> str:
         return next(iter(self.entries))

@@ -161,15 +161,16 @@ class VectorIndex:
         vectors: list[np.ndarray] = []
         for part in self.parts():  # parts added meanwhile hold vectors added meanwhile
             assert isinstance(part, faiss.IndexIDMap2), "every part maps the caller's ids"
-            start = 0
-            while True:
+            start, graph = 0, True
+            while graph:
                 with self._lock:
-                    stop = part.ntotal if not self._hnsw else min(part.ntotal, start + COPY_VECTORS)
+                    graph = self._hnsw  # a flat part is read whole, in this one hold
+                    stop = min(part.ntotal, start + COPY_VECTORS) if graph else part.ntotal
                     if start >= stop:
                         break
-                    inner = faiss.downcast_index(part.index)
-                    rows = inner.reconstruct_n(start, stop - start)
-                    held = faiss.vector_to_array(part.id_map)[start:stop]
+                    rows = faiss.downcast_index(part.index).reconstruct_n(start, stop - start)
+                    # A view of the part's ids (not a copy of all of them for every piece).
+                    held = faiss.rev_swig_ptr(part.id_map.data(), part.ntotal)[start:stop].copy()
                     live = np.fromiter(
                         (int(i) not in self._tombstones for i in held), dtype=bool, count=len(held)
                     )
