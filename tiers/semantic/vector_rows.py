@@ -1,6 +1,7 @@
 """Vectors kept beside a partition's index (answers' embeddings, two-stage rescore vectors) as
 float16 rows of one array, by row number, instead of a float32 numpy object per entry: 768
-bytes a 384-wide vector instead of about 1,650 (1,536 of data and the object around it).
+bytes a 384-wide vector instead of about 1,680 (1,536 of data, the bytes object holding them and
+the array around it).
 
 What float16 costs in a cosine. float16 keeps 11 significant bits: a component a_i is stored as
 a_i(1 + e_i) with |e_i| ≤ u = 2^-11 ≈ 4.9e-4 (round to nearest), or, below float16's smallest
@@ -10,7 +11,7 @@ dimensions the stored cosine then differs from the true one by at most
     Σ |a_i b_i| (2u + u²) + η (‖a‖₁ + ‖b‖₁)(1 + u) + d η²  ≤  2u + u² + 2η√d (1 + u) + d η²
 
 (Cauchy-Schwarz: Σ|a_i b_i| ≤ 1 and ‖a‖₁ ≤ √d), 9.78e-4 at d = 384; each dot product is also
-computed in float32, which adds at most d·2^-24 (2.3e-5) to each side. `cosine_error_bound`
+computed in float32, which adds at most about d·2^-24 (2.3e-5) to each side. `cosine_error_bound`
 gives the sum: 1.02e-3 at d = 384. That is the worst case, every rounding in one direction; the
 roundings of real vectors are independent, about u·√(2/d) ≈ 3.5e-5.
 
