@@ -269,7 +269,6 @@ def _carry(old: Shelf, new: Shelf, item: Indexed) -> None:
 
 def _side(rows: VectorRows | None, picked: list[int]) -> SideVectors:
     """The rows of some records, in their order, as a snapshot writes them."""
-    present = np.asarray(picked, dtype=np.int64) != NO_ROW
     if rows is None:
-        return SideVectors(np.zeros((len(picked), 0), dtype=np.float16), present & False)
-    return SideVectors(rows.gather(picked), present)
+        return SideVectors.none(len(picked))
+    return SideVectors(rows.gather(picked), np.asarray(picked, dtype=np.int64) != NO_ROW)
