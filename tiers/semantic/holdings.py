@@ -7,7 +7,7 @@ time (`hold`, `release`) or a partition at a time (`drop`, `install` of a snapsh
 write one). A partition's tag is the first hex digits of its hash, which entry ids and Redis keys
 start with (normalize/keys/request.py).
 
-Two maps per entry and no more, since each costs about 100 bytes an entry: `entries` (by id, in
+Two maps per entry and no more, since each costs 50-100 bytes an entry: `entries` (by id, in
 recency order: who goes when the entry cap is passed) and its shelf's `records` (by vector id:
 what a search found). What a tag holds is found through the shelves, whose keys start with it.
 """
