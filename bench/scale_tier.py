@@ -97,7 +97,7 @@ async def fill(
 
 
 def index_of(tier: SemanticTier, partition: str) -> VectorIndex:
-    index = tier._held.indexes[(partition, "en")]
+    index = tier._held.index((partition, "en"))
     assert isinstance(index, VectorIndex)
     return index
 
@@ -107,7 +107,9 @@ def nearest_number(tier: SemanticTier, partition: str, vector: np.ndarray) -> in
     found = index_of(tier, partition).search(vector, 1)
     if not found:
         return None
-    return number_of(tier._held.by_vector[found[0][0]])
+    item = tier._held.record((partition, "en"), found[0][0])
+    assert item is not None, "a vector the index found has its entry"
+    return number_of(item.entry_id)
 
 
 def rss_bytes() -> int:

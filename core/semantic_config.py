@@ -127,7 +127,7 @@ class SemanticConfig:
     )
     # With Redis a replica loads a partition's vectors when first asked about it
     # (tiers/partition_loader.py); past this estimate of their memory (tiers/semantic/indexed.py:
-    # about 6 KB an entry with MiniLM) the least recently asked-about partitions are dropped,
+    # about 3.6 KB an entry with MiniLM) the least recently asked-about partitions are dropped,
     # to load again when asked. Whichever of this and max_entries binds first applies.
     max_memory_bytes: int = setting(
         4 * 1024**3,

@@ -13,6 +13,7 @@ to a rebuild from Redis.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import AsyncIterator
@@ -489,7 +490,44 @@ async def test_two_stage_vectors_come_back_with_the_snapshot(
     restarted.loader.want(P1)
     await restarted.loaded(P1)
     assert restarted.loader.loaded_from_snapshot == 1
-    held = restarted.semantic._held.entries
+    held = restarted.semantic._held
     for n in range(3):
-        rescore = held[f"{tag(P1)}-e{n}"].rescore
+        rescore = held.rescore(held.entries[f"{tag(P1)}-e{n}"])
         assert rescore is not None and np.array_equal(rescore, axis(n + 3))
+
+
+def as_format_2(path: Path) -> None:
+    """Rewrite a snapshot as format 2 wrote it: the same arrays, but the answer and rescore
+    vectors float32."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: data[name] for name in data.files}
+    head = json.loads(bytes(arrays["head"]))
+    head["version"] = 2
+    arrays["head"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
+    for name in [n for n in arrays if n.endswith(("_answers", "_rescores"))]:
+        assert arrays[name].dtype == np.float16, "format 3 holds them as float16"
+        arrays[name] = arrays[name].astype(np.float32)
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+
+
+async def test_a_format_2_snapshot_is_still_read_with_its_answer_vectors(
+    replicas: Replicas, tmp_path: Path
+) -> None:
+    a = await replicas.make()
+    answers = {n: (0.6 * axis(n + 4) + 0.8 * axis(n + 5)).astype(np.float32) for n in range(3)}
+    for n in range(3):
+        await a.put(replace(entry(P1, f"e{n}", n), answer_vector=answers[n].tobytes()))
+    first = await replicas.make(tmp_path, flat_max_entries=0, snapshot_min_entries=1)
+    first.loader.want(P1)
+    await first.loaded(P1)
+    assert await first.loader.save(tag(P1))
+    as_format_2(tmp_path / f"{tag(P1)}.npz")
+    restarted = await replicas.make(tmp_path, flat_max_entries=0)
+    restarted.loader.want(P1)
+    await restarted.loaded(P1)
+    assert (restarted.loader.loaded_from_snapshot, restarted.loader.loaded_from_redis) == (1, 0)
+    for n in range(3):
+        held = restarted.semantic.answer_vector(f"{tag(P1)}-e{n}")
+        # 0.6 and 0.8 are not float16 values: read back within float16's rounding.
+        assert held is not None and np.allclose(held, answers[n], rtol=2.0**-11, atol=0)
+    assert [await restarted.hits(P1, n) for n in range(3)] == [["e0"], ["e1"], ["e2"]]

@@ -123,10 +123,13 @@ async def test_an_answer_vector_attached_later_takes_part(make: Make) -> None:
     assert f.tier.answer_vector(late.entry_id) is None
     await f.tier.update(late)
     assert await f.search() == []
-    # The verifier reads it back rather than embedding the cached answer again.
+    # The verifier reads it back rather than embedding the cached answer again: as the tier
+    # holds it, rounded to float16 (tiers/semantic/vector_rows.py), and handed out as float32.
     assert late.answer_vector is not None
+    attached = np.frombuffer(late.answer_vector, dtype=np.float32)
     held = f.tier.answer_vector(late.entry_id)
-    assert held is not None and held.tobytes() == late.answer_vector
+    assert held is not None and held.dtype == np.float32
+    assert np.array_equal(held, attached.astype(np.float16).astype(np.float32))
 
 
 async def test_a_lemma_key_match_is_checked_the_same_way(make: Make) -> None:

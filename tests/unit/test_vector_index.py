@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from tiers.semantic import vector_index
 from tiers.semantic.vector_index import PART_VECTORS, VectorIndex, best_of
 
 DIM = 16
@@ -86,3 +88,42 @@ def test_a_rebuild_back_to_flat_splits_into_parts() -> None:
 def test_best_of_merges_parts_best_first_each_id_once() -> None:
     found = best_of([[(1, 0.9), (2, 0.5)], [(3, 0.95), (1, 0.9), (4, 0.1)], []], 3)
     assert found == [(3, 0.95), (1, 0.9), (2, 0.5)]
+
+
+def test_a_rebuild_keeps_what_changed_while_it_built_and_reads_vectors_back_from_faiss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The graph is read back 64 vectors per hold of the lock here (4,096 shipped): in pieces.
+    monkeypatch.setattr(vector_index, "COPY_VECTORS", 64)
+    # The rebuild's three steps run one by one here, with adds and removes between the copy of
+    # the vectors and the swap, as the event loop makes them while the worker thread builds.
+    # efSearch past the vector count: the graph's searches score every vector they reach, so
+    # they answer exactly and the results can be compared with an exhaustive search.
+    index = VectorIndex(DIM, flat_max=200, hnsw_m=16, ef_search=512)
+    vectors = dict(enumerate(unit_vectors(400, seed=9), 1))
+    for vector_id in range(1, 301):
+        index.add(vector_id, vectors[vector_id])
+    copied = index._copy_live()
+    assert sorted(copied.ids.tolist()) == list(range(1, 301))
+    for vector_id in range(301, 401):  # added meanwhile: into the old flat parts
+        index.add(vector_id, vectors[vector_id])
+    for vector_id in range(1, 51):  # removed meanwhile
+        assert index.remove(vector_id)
+    parts, part_of = index._build(copied, hnsw=True)
+    index._swap(parts, part_of, hnsw=True)
+    live = {i: v for i, v in vectors.items() if i > 50}
+    assert index.is_hnsw and len(index) == len(live) == 350
+    # Then one more rebuild, from the graph's own storage, past a quarter of tombstones.
+    for vector_id in range(51, 151):
+        assert index.remove(vector_id)
+        del live[vector_id]
+    assert index.wants_rebuild()
+    index.rebuild()
+    assert index.is_hnsw and len(index) == len(live) == 250 and not index.wants_rebuild()
+    for vector_id, vector in live.items():
+        held = index.vector(vector_id)
+        assert held is not None and np.array_equal(held, vector)
+        assert index.search(vector, 1)[0][0] == vector_id
+    assert all(index.vector(vector_id) is None for vector_id in range(1, 151))
+    for query in unit_vectors(20, seed=10):
+        assert [i for i, _ in index.search(query, 4)] == brute_force(live, query, 4)

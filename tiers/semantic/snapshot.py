@@ -8,7 +8,9 @@ before. A partition unchanged since its snapshot is not written again: `{tag}.st
 renamed into place too) says that the snapshot with a given content id is current to a later
 stream id. For each (partition, language) index it holds the serialized FAISS parts
 (`faiss.serialize_index`) and, per entry, its vector id, thresholds, expiry times, answer vector
-and the wire form of its analysis.
+(and rescore vector, in two-stage mode) and the wire form of its analysis. Format 3 stores the
+answer and rescore vectors as float16, as the tier holds them (tiers/semantic/vector_rows.py);
+format 2, which stored them as float32, is still read (rounded to float16 on reading).
 
 A snapshot is fuzzy: it notes the stream id first, then copies the indexes and then the entries,
 while the replica goes on changing them. What changed after that stream id is replayed from the
@@ -25,6 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -39,8 +42,22 @@ from core.errors import SnapshotUnreadable
 from core.semantic_config import SemanticConfig
 from tiers.semantic.indexed import Indexed
 from tiers.semantic.vector_index import VectorIndex
+from tiers.semantic.vector_rows import NO_ROW, VectorRows
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class SideVectors:
+    """One vector per record, in the records' order (float16; zeros where it has none)."""
+
+    vectors: np.ndarray
+    present: np.ndarray  # bool, per record
+
+    @classmethod
+    def none(cls, count: int) -> SideVectors:
+        return cls(np.zeros((count, 0), dtype=np.float16), np.zeros(count, dtype=bool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +69,8 @@ class IndexImage:
     language: str
     dim: int
     records: list[Indexed]
+    answers: SideVectors
+    rescores: SideVectors
     index: VectorIndex | None = None  # to write
     parts: tuple[faiss.IndexIDMap2, ...] = ()  # once read
 
@@ -75,13 +94,16 @@ class Written:
 
 @dataclass(frozen=True, slots=True)
 class Restored:
-    """An image restored with fresh vector ids; `orphans` are vectors without an entry."""
+    """An image restored with fresh vector ids, its records' rows in `answers` and
+    `rescores` (None: no rescore vectors); `orphans` are vectors without an entry."""
 
     partition: str
     language: str
     index: VectorIndex
     records: list[Indexed]
     orphans: list[int]
+    answers: VectorRows
+    rescores: VectorRows | None
 
 
 class SnapshotStore:
@@ -162,7 +184,7 @@ class SnapshotStore:
             # Opened here, not by np.load, which leaves a file it cannot read open.
             with path.open("rb") as file, np.load(file, allow_pickle=False) as data:
                 head = json.loads(bytes(data["head"]))
-                if head.get("version") != FORMAT_VERSION:
+                if head.get("version") not in READABLE_VERSIONS:
                     raise SnapshotUnreadable(f"{path}: format {head.get('version')}")
                 if head.get("models") != self._models():
                     raise SnapshotUnreadable(f"{path}: written with models {head.get('models')}")
@@ -204,20 +226,46 @@ class SnapshotStore:
             image.dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search, list(image.parts)
         )
         if not len(old):
-            return Restored(image.partition, image.language, index, [], [])
+            answers, _ = _rows(image.answers, [])
+            rescores, _ = _rows(image.rescores, [])
+            return Restored(
+                image.partition, image.language, index, [], [], answers, _used(rescores)
+            )
         wanted = np.array([r.vector_id for r in image.records], dtype=np.int64)
         at = np.minimum(np.searchsorted(sorted_old, wanted), len(old) - 1)
         found = sorted_old[at] == wanted
-        records = []
-        for record, present, new_id in zip(
-            image.records, found.tolist(), new[order[at]].tolist(), strict=True
+        records, positions = [], []
+        for position, (record, present, new_id) in enumerate(
+            zip(image.records, found.tolist(), new[order[at]].tolist(), strict=True)
         ):
             if present:  # else its vector came after the parts were copied: it is replayed
                 record.vector_id = new_id
                 records.append(record)
+                positions.append(position)
+        answers, answer_rows = _rows(image.answers, positions)
+        rescores, rescore_rows = _rows(image.rescores, positions)
+        for record, answer_row, rescore_row in zip(records, answer_rows, rescore_rows, strict=True):
+            record.answer_row, record.rescore_row = answer_row, rescore_row
         kept = {r.vector_id for r in records}
         orphans = [i for i in new.tolist() if i not in kept]
-        return Restored(image.partition, image.language, index, records, orphans)
+        return Restored(
+            image.partition, image.language, index, records, orphans, answers, _used(rescores)
+        )
+
+
+def _used(rows: VectorRows) -> VectorRows | None:
+    """None for the rescore rows of a one-stage snapshot (no width)."""
+    return rows if rows.dim else None
+
+
+def _rows(side: SideVectors, positions: list[int]) -> tuple[VectorRows, list[int]]:
+    """The side vectors of the records at `positions`, those that have one, as rows; and each
+    such record's row (NO_ROW: none)."""
+    picked = np.asarray(positions, dtype=np.int64)
+    present = side.present[picked]
+    rows = np.full(len(picked), NO_ROW, dtype=np.int64)
+    rows[present] = np.arange(int(present.sum()))
+    return VectorRows(side.vectors.shape[1], side.vectors[picked[present]]), rows.tolist()
 
 
 def _columns(image: IndexImage, n: int, arrays: dict[str, np.ndarray]) -> dict[str, object]:
@@ -236,20 +284,13 @@ def _columns(image: IndexImage, n: int, arrays: dict[str, np.ndarray]) -> dict[s
         ],
         dtype=np.float64,
     ).reshape(len(records), 4)
-    answers = np.zeros((len(records), image.dim), dtype=np.float32)
-    has_answer = np.zeros(len(records), dtype=bool)
-    for row, record in enumerate(records):
-        if record.answer is not None:
-            answers[row], has_answer[row] = record.answer, True
-    arrays[f"i{n}_answers"], arrays[f"i{n}_has_answer"] = answers, has_answer
+    arrays[f"i{n}_answers"], arrays[f"i{n}_has_answer"] = (
+        image.answers.vectors,
+        image.answers.present,
+    )
     # Two-stage mode: the prompts' vectors by the second model, where attached.
-    width = next((len(r.rescore) for r in records if r.rescore is not None), 0)
-    rescores = np.zeros((len(records), width), dtype=np.float32)
-    has_rescore = np.zeros(len(records), dtype=bool)
-    for row, record in enumerate(records):
-        if record.rescore is not None and len(record.rescore) == width:
-            rescores[row], has_rescore[row] = record.rescore, True
-    arrays[f"i{n}_rescores"], arrays[f"i{n}_has_rescore"] = rescores, has_rescore
+    arrays[f"i{n}_rescores"] = image.rescores.vectors
+    arrays[f"i{n}_has_rescore"] = image.rescores.present
     for name in _STRINGS:
         arrays[f"i{n}_{name}"], arrays[f"i{n}_{name}_ends"] = _packed(
             [getattr(r, name) for r in records]
@@ -282,13 +323,23 @@ def _image(data: np.lib.npyio.NpzFile, n: int, head: dict[str, Any]) -> IndexIma
             raise SnapshotUnreadable(f"image {n} part {k} is a {type(part).__name__}")
         parts.append(part)
     ids, times = data[f"i{n}_ids"].tolist(), data[f"i{n}_times"].tolist()
-    answers, has_answer = data[f"i{n}_answers"], data[f"i{n}_has_answer"].tolist()
-    rescores, has_rescore = data[f"i{n}_rescores"], data[f"i{n}_has_rescore"].tolist()
-    partition, language = str(head["partition"]), str(head["language"])
+    # Format 2's float32 vectors are rounded here to the float16 the tier holds.
+    # (np.asarray: format 3's float16 arrays are taken as they are read, not copied.)
+    answers = SideVectors(
+        np.asarray(data[f"i{n}_answers"], dtype=np.float16),
+        np.asarray(data[f"i{n}_has_answer"], dtype=bool),
+    )
+    rescores = SideVectors(
+        np.asarray(data[f"i{n}_rescores"], dtype=np.float16),
+        np.asarray(data[f"i{n}_has_rescore"], dtype=bool),
+    )
+    partition, language = sys.intern(str(head["partition"])), sys.intern(str(head["language"]))
     columns = [_unpacked(data[f"i{n}_{name}"], data[f"i{n}_{name}_ends"]) for name in _STRINGS]
-    every = [times, answers, has_answer, rescores, has_rescore, *columns]
-    if not all(len(column) == len(ids) for column in every):
+    sides = [answers.vectors, answers.present, rescores.vectors, rescores.present]
+    if not all(len(column) == len(ids) for column in [times, *sides, *columns]):
         raise SnapshotUnreadable(f"image {n}: columns of different lengths")
+    if answers.vectors.shape[1] != int(head["dim"]):
+        raise SnapshotUnreadable(f"image {n}: answers {answers.vectors.shape[1]} wide")
     records = [
         Indexed(
             entry_id,
@@ -298,22 +349,20 @@ def _image(data: np.lib.npyio.NpzFile, n: int, head: dict[str, Any]) -> IndexIma
             None if learned != learned else learned,  # NaN: none learned
             expires_at,
             hard_expires_at,
-            tenant,
-            namespace,
-            model,
+            # Few distinct values, one copy each (as `Indexed.of` does).
+            sys.intern(tenant),
+            sys.intern(namespace),
+            sys.intern(model),
             language,
-            answer if has else None,
-            None,
             wire,
-            rescore if rescored else None,
         )
         for entry_id, tenant, namespace, model, wire, vector_id, (
             threshold,
             learned,
             expires_at,
             hard_expires_at,
-        ), answer, has, rescore, rescored in zip(
-            *columns, ids, times, answers, has_answer, rescores, has_rescore, strict=True
-        )
+        ) in zip(*columns, ids, times, strict=True)
     ]
-    return IndexImage(partition, language, int(head["dim"]), records, parts=tuple(parts))
+    return IndexImage(
+        partition, language, int(head["dim"]), records, answers, rescores, parts=tuple(parts)
+    )

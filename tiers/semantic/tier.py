@@ -105,7 +105,7 @@ class SemanticTier:
         return len(self._held.entries)
 
     def partitions(self) -> int:
-        return len(self._held.indexes)
+        return self._held.partitions()
 
     def tag_size(self, tag: str) -> int:
         return self._held.tag_size(tag)  # entries of the partition with this tag
@@ -131,10 +131,10 @@ class SemanticTier:
 
     async def install(self, restored: Restored, removed: set[str]) -> None:
         """A partition's index restored from a snapshot (see `Holdings.install`)."""
-        await self._held.install(restored, removed)
+        await self._held.install(restored, removed, self._rescore_dim)
         await self._evict_past_cap()
         key = (restored.partition, restored.language)
-        index = self._held.indexes.get(key)
+        index = self._held.index(key)
         if index is not None:
             self._maybe_rebuild(key, index)
 
@@ -152,14 +152,15 @@ class SemanticTier:
         rescore: RescoreVector | None = None,
     ) -> list[SemanticCandidate]:
         pacer = pacer or Unpaced()
-        index = self._held.indexes.get((partition, query.language))
+        key = (partition, query.language)
+        index = self._held.index(key)
         if index is None:
             return []
         relaxed = threshold_override is not None
         # The search, and each guard check after it, is a fraction of a millisecond of Python;
         # each waits for the caller's pacer, so that exact hits can be served in between.
         await pacer.step()
-        live = await self._neighbours(index, vector, query.language, pacer, relaxed)
+        live = await self._neighbours(key, index, vector, pacer, relaxed)
         for item, similarity in live:
             threshold = (
                 threshold_override
@@ -187,7 +188,7 @@ class SemanticTier:
                 return []
             if notes is not None:
                 notes.decided(similarity, threshold, None)
-            self._held.recency.move_to_end(item.entry_id)
+            self._held.served(item.entry_id)
             learned = not relaxed and similarity < self._thresholds.effective(item.threshold)
             return [SemanticCandidate(item.entry_id, similarity, learned)]
         return []
@@ -198,13 +199,16 @@ class SemanticTier:
         """Two-stage: the second model's similarity for a candidate in the band under its
         threshold (tiers/policies/rescoring.py), else the first model's."""
         band = self._rescoring
-        if band is None or item.rescore is None or not band.wants(similarity, threshold):
+        if band is None or not band.wants(similarity, threshold):
+            return similarity
+        cached = self._held.rescore(item)
+        if cached is None:
             return similarity
         query = await rescore()
         if query is None:
             return similarity
         self.rescored += 1
-        return band.similarity(query, item.rescore)
+        return band.similarity(query, cached)
 
     async def _note_near_miss(
         self,
@@ -238,16 +242,17 @@ class SemanticTier:
     ) -> bool:
         """Whether a neighbour contradicts `entry_id` as the answer to this query (see
         `_contradicted`): for matches found without a similarity search (the lemma key)."""
-        index = self._held.indexes.get((partition, query.language))
+        key = (partition, query.language)
+        index = self._held.index(key)
         item = self._held.entries.get(entry_id)
-        if index is None or item is None or item.answer is None or self._config.answer_margin <= 0:
+        if index is None or item is None or self._config.answer_margin <= 0:
             return False
         own = index.vector(item.vector_id)
-        if own is None:
+        if own is None or self._held.answer(item) is None:
             return False
         similarity = self._thresholds.similarity(item.language, float(np.dot(vector, own)))
         pacer = pacer or Unpaced()
-        neighbours = await self._neighbours(index, vector, item.language, pacer)
+        neighbours = await self._neighbours(key, index, vector, pacer)
         if await self._contradicted(query, item, similarity, neighbours, pacer):
             self._recorder.guard_rejected(GuardName.ANSWERS)
             return True
@@ -255,9 +260,9 @@ class SemanticTier:
 
     async def _neighbours(
         self,
+        key: tuple[str, str],
         index: PartitionIndex[faiss.Index],
         vector: np.ndarray,
-        language: str,
         pacer: Pacer,
         relaxed: bool = False,
     ) -> list[tuple[Indexed, float]]:
@@ -275,12 +280,11 @@ class SemanticTier:
                 await pacer.step()
                 results.append(index.search_part(part, vector, k))
             found = best_of(results, k)
-        now = self._clock.time()
+        now, language = self._clock.time(), key[1]
         return [
             (item, self._thresholds.similarity(language, similarity))
             for item, similarity in (
-                (self._held.entries.get(self._held.by_vector.get(vector_id, "")), similarity)
-                for vector_id, similarity in found
+                (self._held.record(key, vector_id), similarity) for vector_id, similarity in found
             )
             if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
         ]
@@ -317,14 +321,19 @@ class SemanticTier:
         question (by the guards) and has an answer that disagrees with `best`'s. Neighbours
         without an answer vector (not attached yet, tool calls) cannot contradict."""
         margin = self._config.answer_margin
-        if margin <= 0 or best.answer is None:
+        answer = self._held.answer(best) if margin > 0 else None
+        if answer is None:
             return False
         for other, other_similarity in live:
-            if other is best or other.answer is None:
+            if other is best:
                 continue
             if other_similarity < similarity - margin:
                 break  # best first: the rest are further away still
-            cosine = float(np.dot(best.answer, other.answer))
+            other_answer = self._held.answer(other)
+            if other_answer is None:
+                continue
+            # Within the float16 rows' error bound of the float32 cosine (vector_rows.py).
+            cosine = float(np.dot(answer, other_answer))
             if self._thresholds.answers_agree(cosine, best.language):
                 continue
             if (await self._guards(query, other.analysis, pacer)).agree:
@@ -346,13 +355,13 @@ class SemanticTier:
         if not dim or vector.shape != (dim,):
             return  # a replica's with another embedding model or language: not comparable
         key = (entry.partition, analysis.language)
-        index = self._held.indexes.get(key)
+        index = self._held.index(key)
         if index is None:
-            index = self._held.indexes[key] = self._new_index(dim)
+            index = self._held.open(key, self._new_index(dim), dim, self._rescore_dim)
         vector_id = self._held.reserve_ids(1)
         index.add(vector_id, vector)
         answer = self._answer_of(entry, analysis.language)
-        self._held.hold(Indexed.of(entry, vector_id, analysis, answer, self._rescore_of(entry)))
+        self._held.hold(Indexed.of(entry, vector_id, analysis), answer, self._rescore_of(entry))
         await self._evict_past_cap()
         self._maybe_rebuild(key, index)
 
@@ -362,13 +371,12 @@ class SemanticTier:
 
     async def _evict_past_cap(self) -> None:
         while len(self._held.entries) > self._config.max_entries:
-            coldest = next(iter(self._held.recency))
-            await self.remove(coldest)
+            await self.remove(self._held.coldest())
             self.evictions += 1
 
     def answer_vector(self, entry_id: str) -> np.ndarray | None:
         item = self._held.entries.get(entry_id)
-        return None if item is None else item.answer
+        return None if item is None else self._held.answer(item)
 
     async def update(self, entry: Entry) -> None:
         item = self._held.entries.get(entry.entry_id)
@@ -378,10 +386,7 @@ class SemanticTier:
             item.learned_threshold = entry.learned_threshold
             item.expires_at = entry.expires_at
             item.hard_expires_at = entry.hard_expires_at
-            if item.answer is None:
-                item.answer = self._answer_of(entry, item.language)
-            if item.rescore is None:
-                item.rescore = self._rescore_of(entry)
+            self._held.attach(item, self._answer_of(entry, item.language), self._rescore_of(entry))
 
     def _answer_of(self, entry: Entry, language: str) -> np.ndarray | None:
         if entry.answer_vector is None:

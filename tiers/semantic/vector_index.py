@@ -8,8 +8,9 @@ in one step. A new vector goes into the first part with room, so removals leave 
 grow the part count. A flat index removes ids for real; HNSW (one part, the graph) cannot, so
 removed ids become tombstones that searches skip. `wants_rebuild()` says when the index should
 change shape (the flat index outgrew `flat_max`, or tombstones pass a quarter of the graph);
-`rebuild()` then builds the new index from a snapshot without holding the lock (building HNSW
-costs about a millisecond a vector here), and swaps it in with whatever changed meanwhile.
+`rebuild()` then copies the live vectors out of FAISS (which holds the only copy of each) a piece
+at a time, builds the new index without holding the lock (building HNSW costs about a
+millisecond a vector here), and swaps it in with whatever changed meanwhile.
 Every other operation holds the lock, because searches of large indexes and rebuilds run in
 worker threads while adds and removes come from the event loop.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+from dataclasses import dataclass
 
 import faiss
 import numpy as np
@@ -29,6 +31,19 @@ Found = list[tuple[int, float]]
 PART_VECTORS = 1024
 
 
+# Vectors of the HNSW graph copied out per hold of the lock while a rebuild reads them: 4,096 ×
+# 384 × 4 bytes is 6 MB, about a millisecond, so a search waits at most that long for it.
+COPY_VECTORS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """The live vectors of an index as a rebuild read them: ids[i]'s vector is vectors[i]."""
+
+    ids: np.ndarray  # int64
+    vectors: np.ndarray  # float32, one row a vector
+
+
 class VectorIndex:
     def __init__(self, dim: int, flat_max: int, hnsw_m: int, ef_search: int) -> None:
         self._dim = dim
@@ -36,15 +51,16 @@ class VectorIndex:
         self._hnsw_m = hnsw_m
         self._ef_search = ef_search
         self._lock = threading.Lock()
-        self._vectors: dict[int, Vector] = {}  # the live vectors, for rebuilds
         self._tombstones: set[int] = set()
         self._hnsw = False
         # Replaced whole by a rebuild, never shrunk otherwise: a caller may hold a snapshot.
         self._parts: list[faiss.Index] = []
+        # Each live vector's part: the only state per vector outside FAISS, which holds the
+        # vectors themselves (read back for `vector` and for rebuilds: no second copy here).
         self._part_of: dict[int, faiss.Index] = {}
 
     def __len__(self) -> int:
-        return len(self._vectors)
+        return len(self._part_of)
 
     @property
     def is_hnsw(self) -> bool:
@@ -71,16 +87,15 @@ class VectorIndex:
     def add(self, vector_id: int, vector: Vector) -> None:
         row = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, self._dim)
         with self._lock:
-            self._vectors[vector_id] = row[0]
             part = self._part_with_room()
             part.add_with_ids(row, np.array([vector_id], dtype=np.int64))
             self._part_of[vector_id] = part
 
     def remove(self, vector_id: int) -> bool:
         with self._lock:
-            if self._vectors.pop(vector_id, None) is None:
+            part = self._part_of.pop(vector_id, None)
+            if part is None:
                 return False
-            part = self._part_of.pop(vector_id)
             if self._hnsw:
                 self._tombstones.add(vector_id)
             else:
@@ -88,8 +103,14 @@ class VectorIndex:
             return True
 
     def vector(self, vector_id: int) -> Vector | None:
+        """A copy of the vector as FAISS holds it (flat storage: exactly what was added)."""
         with self._lock:
-            return self._vectors.get(vector_id)
+            part = self._part_of.get(vector_id)
+            # An IndexIDMap2 reconstructs by the caller's id, through its reverse map.
+            return None if part is None else self._reconstruct(part, vector_id)
+
+    def _reconstruct(self, part: faiss.Index, vector_id: int) -> Vector:
+        return part.reconstruct(vector_id, np.empty(self._dim, dtype=np.float32))
 
     def parts(self) -> list[faiss.Index]:
         """The parts as they are now, to search one at a time with `search_part`."""
@@ -119,44 +140,88 @@ class VectorIndex:
 
     def wants_rebuild(self) -> bool:
         if not self._hnsw:
-            return len(self._vectors) > self._flat_max
-        return len(self._tombstones) > len(self._vectors) // 4 + 16
+            return len(self._part_of) > self._flat_max
+        return len(self._tombstones) > len(self._part_of) // 4 + 16
 
     def rebuild(self) -> None:
-        """Rebuild as flat or HNSW by size (blocking; run it in a worker thread)."""
-        with self._lock:
-            snapshot = dict(self._vectors)
-        hnsw = len(snapshot) > self._flat_max
-        if hnsw:
-            parts = [self._graph()]
-            groups = [list(snapshot.items())]
-        else:
-            items = list(snapshot.items())
-            groups = [items[i : i + PART_VECTORS] for i in range(0, len(items), PART_VECTORS)]
-            parts = [self._flat() for _ in groups]
-        part_of: dict[int, faiss.Index] = {}
-        for part, group in zip(parts, groups, strict=True):
-            if group:
-                ids = np.fromiter((i for i, _ in group), dtype=np.int64, count=len(group))
-                part.add_with_ids(np.stack([v for _, v in group]), ids)
-                part_of.update((i, part) for i, _ in group)
-        with self._lock:
-            self._parts, self._part_of, self._hnsw = parts, part_of, hnsw
-            self._tombstones = set()
-            # What changed while the new index was built, applied to it now.
-            for vector_id, vector in list(self._vectors.items()):
-                if vector_id not in snapshot:
-                    part = self._part_with_room()
-                    part.add_with_ids(
-                        vector.reshape(1, self._dim), np.array([vector_id], dtype=np.int64)
+        """Rebuild as flat or HNSW by size (blocking; run it in a worker thread). Searches,
+        adds and removes go on meanwhile: the vectors are copied out of FAISS a piece at a time,
+        the new index is built without the lock, and what changed meanwhile is applied to it
+        when it is swapped in."""
+        copied = self._copy_live()
+        hnsw = len(copied.ids) > self._flat_max
+        parts, part_of = self._build(copied, hnsw)
+        self._swap(parts, part_of, hnsw)
+
+    def _copy_live(self) -> Copied:
+        """The live vectors, read from FAISS's storage. A flat part (at most PART_VECTORS) is
+        read in one hold of the lock, since a removal moves its vectors; the graph only grows
+        (its removals are tombstones), so its positions stay put between holds."""
+        ids: list[np.ndarray] = []
+        vectors: list[np.ndarray] = []
+        for part in self.parts():  # parts added meanwhile hold vectors added meanwhile
+            assert isinstance(part, faiss.IndexIDMap2), "every part maps the caller's ids"
+            start, graph = 0, True
+            while graph:
+                with self._lock:
+                    graph = self._hnsw  # a flat part is read whole, in this one hold
+                    stop = min(part.ntotal, start + COPY_VECTORS) if graph else part.ntotal
+                    if start >= stop:
+                        break
+                    rows = faiss.downcast_index(part.index).reconstruct_n(start, stop - start)
+                    # A view of the part's ids (not a copy of all of them for every piece).
+                    held = faiss.rev_swig_ptr(part.id_map.data(), part.ntotal)[start:stop].copy()
+                    live = np.fromiter(
+                        (int(i) not in self._tombstones for i in held), dtype=bool, count=len(held)
                     )
-                    part_of[vector_id] = part
-            for vector_id in [i for i in snapshot if i not in self._vectors]:
+                ids.append(held[live])
+                vectors.append(rows[live])
+                start = stop
+        if not ids:
+            return Copied(np.zeros(0, np.int64), np.zeros((0, self._dim), np.float32))
+        return Copied(np.concatenate(ids), np.concatenate(vectors))
+
+    def _build(
+        self, copied: Copied, hnsw: bool
+    ) -> tuple[list[faiss.Index], dict[int, faiss.Index]]:
+        """The new parts over the copied vectors (no lock: this is the slow part)."""
+        count = len(copied.ids)
+        if hnsw:
+            parts, bounds = [self._graph()], [(0, count)]
+        else:
+            bounds = [(a, min(a + PART_VECTORS, count)) for a in range(0, count, PART_VECTORS)]
+            parts = [self._flat() for _ in bounds]
+        part_of: dict[int, faiss.Index] = {}
+        for part, (a, b) in zip(parts, bounds, strict=True):
+            if b > a:
+                part.add_with_ids(copied.vectors[a:b], copied.ids[a:b])
+                part_of.update(dict.fromkeys(copied.ids[a:b].tolist(), part))
+        return parts, part_of
+
+    def _swap(self, parts: list[faiss.Index], part_of: dict[int, faiss.Index], hnsw: bool) -> None:
+        """Put the new parts in place, with what changed since their vectors were copied:
+        vectors added meanwhile (read from their old parts) added, those removed removed."""
+        with self._lock:
+            added = [
+                (vector_id, self._reconstruct(old, vector_id))
+                for vector_id, old in self._part_of.items()
+                if vector_id not in part_of
+            ]
+            removed = [vector_id for vector_id in part_of if vector_id not in self._part_of]
+            self._parts, self._hnsw, self._tombstones = parts, hnsw, set()
+            for vector_id, vector in added:
+                part = self._part_with_room()
+                part.add_with_ids(
+                    vector.reshape(1, self._dim), np.array([vector_id], dtype=np.int64)
+                )
+                part_of[vector_id] = part
+            for vector_id in removed:
                 part = part_of.pop(vector_id)
                 if hnsw:
                     self._tombstones.add(vector_id)
                 else:
                     part.remove_ids(faiss.IDSelectorBatch(np.array([vector_id], dtype=np.int64)))
+            self._part_of = part_of
 
     def export_parts(self) -> tuple[list[np.ndarray], bool]:
         """Every part serialized (`faiss.serialize_index`), and whether it is HNSW: for a
@@ -177,9 +242,7 @@ class VectorIndex:
             if isinstance(inner, faiss.IndexHNSW):
                 inner.hnsw.efSearch = ef_search
                 index._hnsw = True
-            ids = faiss.vector_to_array(part.id_map).tolist()
-            index._vectors.update(zip(ids, inner.reconstruct_n(0, part.ntotal), strict=True))
-            index._part_of.update(dict.fromkeys(ids, part))
+            index._part_of.update(dict.fromkeys(faiss.vector_to_array(part.id_map).tolist(), part))
         index._parts = list(parts)
         return index
 
