@@ -36,7 +36,9 @@ class RedisServer:
         )
         self._binary = binary
         self._arguments = list(arguments)
-        self._env = None if library_path is None else {**os.environ, "LD_LIBRARY_PATH": library_path}
+        self._env = (
+            None if library_path is None else {**os.environ, "LD_LIBRARY_PATH": library_path}
+        )
         self._start_timeout_s = start_timeout_s  # a start loads dump.rdb before it answers
         self.port = port or free_port()
         self._prefix = list(prefix)
