@@ -115,7 +115,8 @@ def _search_tag_of(entry: Entry) -> str | None:
 def decode_without_body(fields: Mapping[str, bytes | None]) -> Entry:
     """An Entry from a record's fields other than its body (a search candidate's: its answer
     is read only if it is served), with an empty body."""
-    whole: dict[bytes | str, bytes | None] = {**fields, BODY: _RAW}
+    whole: dict[bytes | str, bytes | None] = dict(fields.items())
+    whole[BODY] = _RAW
     return decode_fields(whole)
 
 
