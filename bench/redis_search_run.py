@@ -88,7 +88,7 @@ class SearchBench:
         """New pieces over the (restarted) server; the index as Redis kept its definition."""
         self._connect()
         await self.connection.start()
-        await self.index.start(DIM)
+        await self.index.start({"en": DIM})
 
     def used_memory(self) -> int:
         return int(self.client.info("memory")["used_memory"])
@@ -162,7 +162,7 @@ async def measure(
     before_redis, before_rss = bench.used_memory(), process_rss_bytes()
     load_s = await bench.load(layout, vectors)
     records = bench.used_memory() - before_redis
-    await bench.index.start(DIM)
+    await bench.index.start({"en": DIM})
     build_s = await bench.until_indexed(timeout_s=7_200)
     with_index = bench.used_memory() - before_redis
     info = bench.index_info()

@@ -181,6 +181,11 @@ async def warm_up(store: StoreParts, readiness: Readiness) -> None:
                 store.semantic.set_dimension(dim, language)
             if store.features.rescore_dim:
                 store.semantic.set_rescore_dimension(store.features.rescore_dim)
+        if store.features is not None and store.search is not None:
+            await store.features.start()
+            # Redis's index for each model's vectors; a Redis without the search module fails
+            # here, and /readyz says why (semantic.backend redis-search).
+            await store.search.start(store.features.dims, store.features.rescore_dim)
         if store.partitions is not None:
             store.partitions.models_loaded()
         if store.replication is not None:

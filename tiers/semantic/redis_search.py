@@ -12,7 +12,7 @@ top of the record's: the memory moves from every replica into Redis, about doubl
 
     FT.SEARCH <prefix>:vectors:<dim>
         "(@t:{<partition>:<language>})=>[KNN <candidates> @v $q EF_RUNTIME <efSearch> AS d]"
-        RETURN d m a w      (cosine distance, meta, analysis, answer vector: not the body)
+        RETURN d m a w r    (distance, meta, analysis, answer and rescore vectors: no body)
 
 Needs the search module (Redis Stack, or Redis 8) on a single Redis: Redis Cluster's open
 version has no cross-shard search. `start` says so, with a clear error, when it is missing.
@@ -20,6 +20,7 @@ version has no cross-shard search. `start` says so, with a clear error, when it 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from tiers.entry_codec import (
     ANALYSIS,
     ANSWER_VECTOR,
     META,
+    RESCORE_VECTOR,
     SEARCH_TAG,
     VECTOR,
     decode_without_body,
@@ -48,7 +50,7 @@ from tiers.semantic.judge import CandidateJudge, Neighbours
 from tiers.semantic.protocol import NearestNotes, RescoreVector, SemanticCandidate
 
 _DISTANCE = "d"
-_RETURNED = (_DISTANCE, META, ANALYSIS, ANSWER_VECTOR)
+_RETURNED = (_DISTANCE, META, ANALYSIS, ANSWER_VECTOR, RESCORE_VECTOR)
 # HNSW build parameter (RediSearch's default); M and efSearch are the FAISS tier's settings.
 _EF_CONSTRUCTION = 200
 
@@ -139,14 +141,16 @@ class RedisSearchIndex:
         self._judge = judge
         self._thresholds = thresholds
         self._clock = clock
-        self._dim = 0
-        self._index = ""
+        # Per language: its vectors' dimension and the index of that dimension (languages whose
+        # models share a dimension share an index; the search tag keeps them apart).
+        self._dims: dict[str, int] = {}
+        self._rescore_dim = 0
 
-    async def start(self, dim: int) -> None:
-        """The index for `dim`-dimensional vectors, created when Redis has none yet (Redis
-        then indexes the records it holds already, in the background)."""
-        assert dim > 0, "the embedding model's dimension"
-        self._dim, self._index = dim, index_name(self._prefix, dim)
+    async def start(self, dims: Mapping[str, int], rescore_dim: int = 0) -> None:
+        """The indexes for each language's vectors, once its model is loaded; created when
+        Redis has none yet (Redis then indexes the records it holds already, in the
+        background). A Redis without the search module is a configuration error."""
+        assert dims and all(dim > 0 for dim in dims.values()), "the models' dimensions"
         async with self._conn.guard() as client:
             modules = await client.module_list()
         if not any(_text(m.get(b"name", m.get("name", b""))) == "search" for m in modules):
@@ -156,13 +160,23 @@ class RedisSearchIndex:
             )
         async with self._conn.guard() as client:
             existing = {_text(name) for name in await client.execute_command("FT._LIST")}
-            if self._index not in existing:
-                await client.execute_command(*index_definition(self._prefix, dim, self._config))
+            for dim in sorted(set(dims.values())):
+                if index_name(self._prefix, dim) not in existing:
+                    definition = index_definition(self._prefix, dim, self._config)
+                    await client.execute_command(*definition)
+        self._dims, self._rescore_dim = dict(dims), rescore_dim
 
-    async def indexing_done(self) -> float:
+    def index_of(self, language: str) -> str | None:
+        """The index of `language`'s vectors (None before its model is loaded)."""
+        dim = self._dims.get(language)
+        return None if dim is None else index_name(self._prefix, dim)
+
+    async def indexing_done(self, language: str = "en") -> float:
         """The share of the records indexed so far (1.0: done), as FT.INFO says."""
+        index = self.index_of(language)
+        assert index is not None, f"no index for {language} yet"
         async with self._conn.guard() as client:
-            reply = await client.execute_command("FT.INFO", self._index)
+            reply = await client.execute_command("FT.INFO", index)
         if not isinstance(reply, dict):  # RESP2: name, value, name, value, ...
             reply = dict(zip(reply[::2], reply[1::2], strict=True))
         return float({_text(k): v for k, v in reply.items()}["percent_indexed"])
@@ -211,12 +225,13 @@ class RedisSearchIndex:
     ) -> Neighbours:
         """The `candidates` nearest records of the partition and language, best first, with
         their similarity on the common scale; fresh ones only (within grace when relaxed)."""
-        if not self._index or vector.shape != (self._dim,):
+        index = self.index_of(language)
+        if index is None or vector.shape != (self._dims[language],):
             return []
         k = self._config.candidates
         command = [
             "FT.SEARCH",
-            self._index,
+            index,
             tag_query(search_tag(partition, language), k, self._config.hnsw_ef_search),
             "PARAMS",
             2,
@@ -253,8 +268,9 @@ class RedisSearchIndex:
             analysis = Analysis.from_wire(entry.analysis or "")
         except (CorruptEntry, ValueError, KeyError, TypeError):
             return None
-        answer = _vector(entry.answer_vector, self._dim)
-        return Indexed.of(entry, -1, analysis, answer)
+        answer = _vector(entry.answer_vector, self._dims[language])
+        rescore = _vector(entry.rescore_vector, self._rescore_dim)
+        return Indexed.of(entry, -1, analysis, answer, rescore)
 
     def answer_vector(self, entry_id: str) -> np.ndarray | None:
         # The replica holds no vectors; the answer check reads them with the candidates.
@@ -277,7 +293,8 @@ class RedisSearchIndex:
 
 
 def _vector(raw: bytes | None, dim: int) -> np.ndarray | None:
-    if raw is None:
+    """A float32 vector of `dim` dimensions (another model's is not comparable: None)."""
+    if raw is None or not dim:
         return None
     vector = np.frombuffer(raw, dtype=np.float32)
     return vector if vector.shape == (dim,) else None
