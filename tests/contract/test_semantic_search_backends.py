@@ -1,0 +1,257 @@
+"""The search laws of `SemanticIndex` that every `semantic.backend` keeps: FAISS in the replica
+(tiers/semantic/tier.py) and Redis's own vector index over the stored records
+(tiers/semantic/redis_search.py, on a real Redis Stack server). The same entries, queries and
+expectations as tests/contract/test_semantic_index.py; what differs is how an entry gets in and
+out: the FAISS tier is given it, while Redis indexes the record the Redis tier writes and
+forgets it as the Redis tier deletes it or it expires.
+
+Entries are stored at the real time here (Redis expires a record at its own wall-clock expiry)
+and each backend reads a manual clock set to the same instant.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+import redis
+
+from core.clock import ManualClock
+from core.config import RedisConfig
+from core.errors import ConfigError
+from core.recorder import CacheRecorder
+from core.semantic_config import SemanticConfig, VerifyConfig
+from normalize.meaning.guards import MeaningGuard
+from normalize.meaning.signature import Analysis
+from tests.contract.test_semantic_index import (
+    ANALYSIS,
+    DIM,
+    NOW_S,
+    P1,
+    P2,
+    QUERY,
+    THRESHOLD,
+    axis,
+    found,
+    indexed,
+    near,
+)
+from tests.contract.test_semantic_index import A as A_THEN
+from tests.contract.test_semantic_index import B as B_THEN
+from tests.contract.test_semantic_index import C as C_THEN
+from tests.support.redis_server import RedisServer
+from tests.support.redis_stack import INSTALL_HINT, find_redis_stack, redis_stack_server
+from tiers.base import Entry
+from tiers.policies.thresholds import ThresholdController
+from tiers.redis_connection import RedisConnection
+from tiers.redis_tier import RedisTier
+from tiers.semantic.judge import CandidateJudge
+from tiers.semantic.protocol import SemanticIndex
+from tiers.semantic.redis_search import RedisSearchIndex
+from tiers.semantic.tier import SemanticTier
+
+# The suite's entries moved to now: stored 10 s before the clock's now, as there.
+SHIFT_S = float(int(time.time()) - int(NOW_S))
+NOW_REAL_S = NOW_S + SHIFT_S
+A, B, C = (replace(e, stored_at=e.stored_at + SHIFT_S) for e in (A_THEN, B_THEN, C_THEN))
+
+CONFIG = SemanticConfig(
+    threshold=THRESHOLD,
+    hnsw_m=16,
+    hnsw_ef_search=16,
+    candidates=4,
+    answer_margin=0.10,
+    flat_max_entries=1_000,
+)
+
+
+@dataclass
+class Backend:
+    index: SemanticIndex
+    put: Callable[[Entry], Awaitable[object]]
+    delete: Callable[[str], Awaitable[object]]
+
+    async def add_all(self, *entries: Entry) -> None:
+        for entry in entries:
+            await self.put(entry)
+
+
+def parts() -> tuple[ThresholdController, CacheRecorder, ManualClock]:
+    clock = ManualClock(wall_start_s=NOW_REAL_S)
+    return ThresholdController(VerifyConfig(), CONFIG.threshold), CacheRecorder(), clock
+
+
+@pytest.fixture(scope="module")
+def stack_server() -> Iterator[RedisServer]:
+    stack = find_redis_stack()
+    if stack is None:
+        pytest.skip(f"Redis Stack is not installed: {INSTALL_HINT}")
+    with redis_stack_server(stack) as server:
+        yield server
+
+
+async def faiss_backend() -> AsyncIterator[Backend]:
+    thresholds, recorder, clock = parts()
+    tier = SemanticTier(CONFIG, MeaningGuard(CONFIG), thresholds, clock, recorder)
+    tier.set_dimension(DIM)
+    yield Backend(tier, tier.add, tier.remove)
+    await tier.close()
+
+
+async def redis_backend(server: RedisServer) -> AsyncIterator[Backend]:
+    with redis.Redis.from_url(server.url) as client:
+        client.flushall()  # the records, and the index with them
+    thresholds, recorder, clock = parts()
+    config = RedisConfig(url=server.url)
+    connection = RedisConnection(config)
+    await connection.start()
+    store = RedisTier(connection, config)
+    judge = CandidateJudge(CONFIG, MeaningGuard(CONFIG), thresholds, recorder)
+    index = RedisSearchIndex(connection, config, CONFIG, judge, thresholds, clock, recorder)
+    await index.start({"en": DIM})
+    yield Backend(index, store.put, store.delete)
+    await connection.close()
+
+
+@pytest.fixture(
+    params=["faiss", pytest.param("redis-search", marks=pytest.mark.redis)],
+)
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "faiss":
+        async for made in faiss_backend():
+            yield made
+        return
+    async for made in redis_backend(request.getfixturevalue("stack_server")):
+        yield made
+
+
+async def test_search_finds_the_nearest_entry_that_passes(backend: Backend) -> None:
+    await backend.add_all(C, B, A)
+    assert await found(backend.index) == [("a", 0.97)]
+    assert await found(backend.index, vector=near(0.95, 2)) == [("b", 1.0)]
+    await backend.delete(A.entry_id)
+    assert await found(backend.index) == [("b", 0.95)]
+
+
+async def test_nothing_is_found_below_the_threshold(backend: Backend) -> None:
+    await backend.add_all(C)
+    assert await found(backend.index) == []  # 0.85 < 0.9
+
+
+async def test_an_entry_below_its_own_floor_is_passed_over(backend: Backend) -> None:
+    await backend.add_all(replace(A, threshold=0.99), B)
+    assert await found(backend.index) == [("b", 0.95)]  # a: 0.97 < its floor 0.99
+
+
+async def test_a_relaxed_threshold_applies_instead(backend: Backend) -> None:
+    await backend.add_all(C, replace(B, threshold=0.99))
+    assert await found(backend.index, threshold_override=0.8) == [("b", 0.95)]
+    await backend.delete(B.entry_id)
+    assert await found(backend.index, threshold_override=0.8) == [("c", 0.85)]
+    assert await found(backend.index, threshold_override=0.86) == []
+
+
+async def test_expired_entries_answer_only_relaxed_lookups(backend: Backend) -> None:
+    in_grace = replace(A, stored_at=NOW_REAL_S - 330.0)  # expired 30 s ago, gone in 30 s
+    gone = replace(B, stored_at=NOW_REAL_S - 400.0)  # past TTL + grace
+    await backend.add_all(in_grace, gone)
+    assert await found(backend.index) == []
+    assert await found(backend.index, threshold_override=THRESHOLD) == [("a", 0.97)]
+    assert await found(backend.index, vector=near(0.95, 2), threshold_override=0.0) == [
+        ("a", 0.9215)
+    ]
+
+
+async def test_partitions_are_kept_apart(backend: Backend) -> None:
+    await backend.add_all(A)
+    assert await found(backend.index, vector=near(0.97, 1), partition=P2) == []
+    elsewhere = replace(indexed("a2", near(0.97, 1), partition=P2), stored_at=A.stored_at)
+    await backend.add_all(elsewhere)
+    assert await found(backend.index, partition=P2) == [("a2", 0.97)]
+    assert await found(backend.index, partition=P1) == [("a", 0.97)]
+    await backend.delete(A.entry_id)
+    assert await found(backend.index, partition=P1) == []
+    assert await found(backend.index, partition=P2) == [("a2", 0.97)]
+
+
+async def test_deleted_entries_are_never_found(backend: Backend) -> None:
+    await backend.add_all(A, B)
+    await backend.delete(A.entry_id)
+    assert await found(backend.index, vector=near(0.97, 1)) == [("b", 0.9215)]  # a's own vector
+    assert await found(backend.index, vector=near(0.97, 1), threshold_override=0.0) == [
+        ("b", 0.9215)
+    ]
+
+
+async def test_a_close_neighbour_answered_differently_refuses_the_hit(backend: Backend) -> None:
+    # a (0.97) and b (0.95) are within the 0.10 answer margin; their answers are orthogonal.
+    await backend.add_all(
+        replace(A, answer_vector=axis(6).tobytes()), replace(B, answer_vector=axis(7).tobytes())
+    )
+    assert await found(backend.index) == []
+    assert await backend.index.contradicts(P1, QUERY, ANALYSIS, A.entry_id)
+
+
+async def test_a_close_neighbour_answered_alike_lets_the_hit_through(backend: Backend) -> None:
+    await backend.add_all(
+        replace(A, answer_vector=axis(6).tobytes()), replace(B, answer_vector=axis(6).tobytes())
+    )
+    assert await found(backend.index) == [("a", 0.97)]
+    assert not await backend.index.contradicts(P1, QUERY, ANALYSIS, A.entry_id)
+
+
+async def test_a_neighbour_past_the_answer_margin_cannot_contradict(backend: Backend) -> None:
+    await backend.add_all(
+        replace(A, answer_vector=axis(6).tobytes()), replace(C, answer_vector=axis(7).tobytes())
+    )
+    assert await found(backend.index) == [("a", 0.97)]
+    assert not await backend.index.contradicts(P1, QUERY, ANALYSIS, A.entry_id)
+
+
+async def test_a_query_the_guards_reject_finds_nothing(backend: Backend) -> None:
+    await backend.add_all(A)
+    assert await found(backend.index, query=Analysis.opaque("how do i reset my pin")) == []
+
+
+# --- Redis's index alone -------------------------------------------------------------------
+
+
+@pytest.mark.redis
+async def test_records_stored_before_the_index_are_found_once_redis_indexed_them(
+    stack_server: RedisServer,
+) -> None:
+    with redis.Redis.from_url(stack_server.url) as client:
+        client.flushall()
+    thresholds, recorder, clock = parts()
+    config = RedisConfig(url=stack_server.url)
+    connection = RedisConnection(config)
+    await connection.start()
+    try:
+        await RedisTier(connection, config).put(A)
+        judge = CandidateJudge(CONFIG, MeaningGuard(CONFIG), thresholds, recorder)
+        index = RedisSearchIndex(connection, config, CONFIG, judge, thresholds, clock, recorder)
+        await index.start({"en": DIM})
+        while await index.indexing_done() < 1.0:
+            time.sleep(0.01)
+        assert await found(index) == [("a", 0.97)]
+        assert index.size() == 0  # the replica holds nothing
+    finally:
+        await connection.close()
+
+
+@pytest.mark.redis
+async def test_a_redis_without_the_search_module_is_a_configuration_error() -> None:
+    thresholds, recorder, clock = parts()
+    with RedisServer() as plain:  # Debian's redis-server: no modules
+        config = RedisConfig(url=plain.url)
+        connection = RedisConnection(config)
+        await connection.start()
+        judge = CandidateJudge(CONFIG, MeaningGuard(CONFIG), thresholds, recorder)
+        index = RedisSearchIndex(connection, config, CONFIG, judge, thresholds, clock, recorder)
+        try:
+            with pytest.raises(ConfigError, match="semantic.backend redis-search"):
+                await index.start({"en": DIM})
+        finally:
+            await connection.close()
