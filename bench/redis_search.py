@@ -16,6 +16,8 @@ size and layout, on one Redis Stack server (`make redis-stack`):
 
     python -m bench.redis_search [--sizes 10000,100000] [--spread 1000] [--queries 500]
 
+(`--spread 0`: one partition only, as for the 300,000-entry run of docs/redis-search.md.)
+
 Prints a table and writes bench/results/redis-search.json. A size not run (1M: FAISS's graph
 alone takes about 14 minutes here, Redis's about as long again, twice with its restart) is
 extrapolated from the largest run, labelled as such, and the issue's rule applied to it: the
@@ -63,7 +65,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with redis_stack_server(stack, start_timeout_s=600) as server:
         for size in sizes:
             nearest = scale.exact_nearest(vectors[:size], queries)
-            for partitions in (1, args.spread):
+            for partitions in (1, args.spread) if args.spread > 1 else (1,):
                 layout = Layout(size, min(partitions, size))
                 print(f"{size:,} entries over {layout.partitions:,} partitions ...", flush=True)
                 faiss = await scale.measure(config, layout, vectors[:size], queries, server.url)
@@ -180,7 +182,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="10000,100000", help="entries, comma-separated")
-    parser.add_argument("--spread", type=int, default=1_000, help="partitions of the spread run")
+    parser.add_argument(
+        "--spread", type=int, default=1_000, help="partitions of the spread run (0: none)"
+    )
     parser.add_argument("--queries", type=int, default=500, help="held-out real questions")
     parser.add_argument("--real", type=int, default=19_500, help="real vectors to index")
     parser.add_argument("--cache", default=str(CACHE), help="where the real vectors are cached")
