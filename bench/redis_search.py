@@ -155,12 +155,13 @@ def report(out: dict[str, Any]) -> None:
     print_table(
         "Redis: KNN without the filter, stores, memory",
         ["entries", "partitions", "unfiltered p50/p99 ms", "stores/s (with index)",
-         "records B/entry", "index B/entry", "vector index B/entry", "RDB loaded s"],
+         "records B/entry", "index B/entry", "vector index B/entry", "restart s (without index)"],
         [[f"{s['entries']:,}", f"{s['partitions']:,}",
           f"{s['knn_unfiltered']['p50_ms']:.2f} / {s['knn_unfiltered']['p99_ms']:.2f}",
           f"{s['stores_per_s_without_index']:.0f} ({s['stores_per_s_with_index']:.0f})",
           s["redis_bytes_per_entry_records"], s["index_bytes_per_entry"],
-          s["vector_index_bytes_per_entry"], s["restart"]["rdb_loaded_s"]]
+          s["vector_index_bytes_per_entry"],
+          f"{s['restart']['rdb_loaded_s']:.1f} ({s['restart_without_index_s']:.1f})"]
          for s in (r["redis"] for r in out["runs"])],
     )  # fmt: skip
     big, verdict = out.get("extrapolated_1m"), out["decision"]

@@ -46,6 +46,7 @@ def test_the_redis_search_bench_measures_both_indexes_side_by_side(tmp_path: Pat
         assert found["knn_filtered"]["p99_ms"] >= found["knn_filtered"]["p50_ms"] > 0
         assert found["redis_bytes_per_entry_with_index"] > found["redis_bytes_per_entry_records"]
         assert found["restart"]["ready_s"] >= found["restart"]["rdb_loaded_s"] > 0
+        assert found["restart_without_index_s"] > 0
     big = out["extrapolated_1m"]
     assert big["from_entries"] == 200
     assert big["lookup_p99_ratio"] == big["redis_lookup_p99_ms"] / big["faiss_lookup_p99_ms"]
