@@ -175,6 +175,10 @@ async def warm_up(store: StoreParts, readiness: Readiness) -> None:
             # The partitions held when the replica stopped, read back from their snapshots
             # while the models load (installed once they are).
             store.partitions.resume()
+        if store.search is not None:
+            # semantic.backend redis-search on a Redis without the search module: said now,
+            # on /readyz, not after the models have loaded.
+            await store.search.require_module()
         if store.features is not None and store.semantic is not None:
             await store.features.start()
             for language, dim in store.features.dims.items():
@@ -183,8 +187,7 @@ async def warm_up(store: StoreParts, readiness: Readiness) -> None:
                 store.semantic.set_rescore_dimension(store.features.rescore_dim)
         if store.features is not None and store.search is not None:
             await store.features.start()
-            # Redis's index for each model's vectors; a Redis without the search module fails
-            # here, and /readyz says why (semantic.backend redis-search).
+            # Redis's index for each model's vectors (semantic.backend redis-search).
             await store.search.start(store.features.dims, store.features.rescore_dim)
         if store.partitions is not None:
             store.partitions.models_loaded()

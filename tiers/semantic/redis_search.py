@@ -146,11 +146,9 @@ class RedisSearchIndex:
         self._dims: dict[str, int] = {}
         self._rescore_dim = 0
 
-    async def start(self, dims: Mapping[str, int], rescore_dim: int = 0) -> None:
-        """The indexes for each language's vectors, once its model is loaded; created when
-        Redis has none yet (Redis then indexes the records it holds already, in the
-        background). A Redis without the search module is a configuration error."""
-        assert dims and all(dim > 0 for dim in dims.values()), "the models' dimensions"
+    async def require_module(self) -> None:
+        """A Redis without the search module is a configuration error, said before the models
+        load (minutes) rather than after."""
         async with self._conn.guard() as client:
             modules = await client.module_list()
         if not any(_text(m.get(b"name", m.get("name", b""))) == "search" for m in modules):
@@ -158,6 +156,13 @@ class RedisSearchIndex:
                 "semantic.backend redis-search needs Redis's search module (Redis Stack, or "
                 "Redis 8), which the Redis at redis.url lacks; `make redis-stack` installs one"
             )
+
+    async def start(self, dims: Mapping[str, int], rescore_dim: int = 0) -> None:
+        """The indexes for each language's vectors, once its model is loaded; created when
+        Redis has none yet (Redis then indexes the records it holds already, in the
+        background)."""
+        assert dims and all(dim > 0 for dim in dims.values()), "the models' dimensions"
+        await self.require_module()
         async with self._conn.guard() as client:
             existing = {_text(name) for name in await client.execute_command("FT._LIST")}
             for dim in sorted(set(dims.values())):
