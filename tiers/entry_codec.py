@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import CorruptEntry
-from normalize.keys.request import Route
+from normalize.keys.request import PARTITION_TAG_CHARS, Route
 from tiers.base import ENTRY_FORMAT_VERSION, Entry
 
 META, BODY, ANALYSIS, VECTOR, ANSWER_VECTOR, RESCORE_VECTOR = "m", "b", "a", "v", "w", "r"
@@ -95,6 +95,12 @@ def encode_fields(entry: Entry, compress_min_bytes: int) -> dict[str, bytes]:
     if entry.rescore_vector is not None:
         fields[RESCORE_VECTOR] = entry.rescore_vector
     return fields
+
+
+def record_key(prefix: str, entry_id: str) -> str:
+    """The key of an entry's hash (tiers/redis_tier.py gives the key layout): its partition's
+    hash tag, which the entry id starts with, keeps it in its partition's Cluster slot."""
+    return f"{prefix}:{{{entry_id[:PARTITION_TAG_CHARS]}}}:e:{entry_id}"
 
 
 def search_tag(partition: str, language: str) -> str:

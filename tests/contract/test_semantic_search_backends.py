@@ -93,15 +93,15 @@ def stack_server() -> Iterator[RedisServer]:
         yield server
 
 
-async def faiss_backend() -> AsyncIterator[Backend]:
+async def faiss_backend(config: SemanticConfig) -> AsyncIterator[Backend]:
     thresholds, recorder, clock = parts()
-    tier = SemanticTier(CONFIG, MeaningGuard(CONFIG), thresholds, clock, recorder)
+    tier = SemanticTier(config, MeaningGuard(config), thresholds, clock, recorder)
     tier.set_dimension(DIM)
     yield Backend(tier, tier.add, tier.remove)
     await tier.close()
 
 
-async def redis_backend(server: RedisServer) -> AsyncIterator[Backend]:
+async def redis_backend(server: RedisServer, semantic: SemanticConfig) -> AsyncIterator[Backend]:
     with redis.Redis.from_url(server.url) as client:
         client.flushall()  # the records, and the index with them
     thresholds, recorder, clock = parts()
@@ -109,22 +109,37 @@ async def redis_backend(server: RedisServer) -> AsyncIterator[Backend]:
     connection = RedisConnection(config)
     await connection.start()
     store = RedisTier(connection, config)
-    judge = CandidateJudge(CONFIG, MeaningGuard(CONFIG), thresholds, recorder)
-    index = RedisSearchIndex(connection, config, CONFIG, judge, thresholds, clock, recorder)
+    judge = CandidateJudge(semantic, MeaningGuard(semantic), thresholds, recorder)
+    index = RedisSearchIndex(connection, config, semantic, judge, thresholds, clock, recorder)
     await index.start({"en": DIM})
     yield Backend(index, store.put, store.delete)
     await connection.close()
 
 
-@pytest.fixture(
-    params=["faiss", pytest.param("redis-search", marks=pytest.mark.redis)],
-)
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+BACKENDS = ["faiss", pytest.param("redis-search", marks=pytest.mark.redis)]
+
+
+async def backend_of(
+    request: pytest.FixtureRequest, config: SemanticConfig
+) -> AsyncIterator[Backend]:
     if request.param == "faiss":
-        async for made in faiss_backend():
+        async for made in faiss_backend(config):
             yield made
         return
-    async for made in redis_backend(request.getfixturevalue("stack_server")):
+    async for made in redis_backend(request.getfixturevalue("stack_server"), config):
+        yield made
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    async for made in backend_of(request, CONFIG):
+        yield made
+
+
+@pytest.fixture(params=BACKENDS)
+async def nearest_only(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """A backend whose searches look at one candidate only."""
+    async for made in backend_of(request, replace(CONFIG, candidates=1)):
         yield made
 
 
@@ -209,6 +224,25 @@ async def test_a_neighbour_past_the_answer_margin_cannot_contradict(backend: Bac
     )
     assert await found(backend.index) == [("a", 0.97)]
     assert not await backend.index.contradicts(P1, QUERY, ANALYSIS, A.entry_id)
+
+
+async def test_an_entry_outside_the_nearest_is_still_checked_against_them(
+    nearest_only: Backend,
+) -> None:
+    # b (0.95) is not the one nearest; a (0.97) is, within the margin, answered differently.
+    await nearest_only.add_all(
+        replace(A, answer_vector=axis(6).tobytes()), replace(B, answer_vector=axis(7).tobytes())
+    )
+    assert await nearest_only.index.contradicts(P1, QUERY, ANALYSIS, B.entry_id)
+    assert not await nearest_only.index.contradicts(P1, QUERY, ANALYSIS, "no-such-entry")
+
+
+async def test_a_candidates_answer_vector_is_there_after_its_search(backend: Backend) -> None:
+    await backend.add_all(replace(A, answer_vector=axis(6).tobytes()), B)
+    assert await found(backend.index) == [("a", 0.97)]
+    answer = backend.index.answer_vector(A.entry_id)
+    assert answer is not None and answer.tolist() == axis(6).tolist()
+    assert backend.index.answer_vector(B.entry_id) is None  # none attached
 
 
 async def test_a_query_the_guards_reject_finds_nothing(backend: Backend) -> None:

@@ -15,11 +15,13 @@ top of the record's: the memory moves from every replica into Redis, about doubl
         RETURN d m a w r    (distance, meta, analysis, answer and rescore vectors: no body)
 
 Needs the search module (Redis Stack, or Redis 8) on a single Redis: Redis Cluster's open
-version has no cross-shard search. `start` says so, with a clear error, when it is missing.
+version has no cross-shard search. `require_module` says so, with a clear error, when the
+module is missing.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +43,7 @@ from tiers.entry_codec import (
     SEARCH_TAG,
     VECTOR,
     decode_without_body,
+    record_key,
     search_tag,
 )
 from tiers.policies.thresholds import ThresholdController
@@ -53,6 +56,10 @@ _DISTANCE = "d"
 _RETURNED = (_DISTANCE, META, ANALYSIS, ANSWER_VECTOR, RESCORE_VECTOR)
 # HNSW build parameter (RediSearch's default); M and efSearch are the FAISS tier's settings.
 _EF_CONSTRUCTION = 200
+# The answer vectors of the latest candidates, kept for `answer_vector`: the verifier and the
+# learning from misses ask for a candidate's right after its search (once the fresh answer is
+# in, seconds later). 4,096 of them: 6 MB with MiniLM, against every vector in a FAISS replica.
+RECENT_ANSWERS = 4_096
 
 
 def index_name(prefix: str, dim: int) -> str:
@@ -145,6 +152,7 @@ class RedisSearchIndex:
         # models share a dimension share an index; the search tag keeps them apart).
         self._dims: dict[str, int] = {}
         self._rescore_dim = 0
+        self._recent_answers: OrderedDict[str, np.ndarray] = OrderedDict()
 
     async def require_module(self) -> None:
         """A Redis without the search module is a configuration error, said before the models
@@ -217,13 +225,32 @@ class RedisSearchIndex:
             return False
         neighbours = await self._neighbours(partition, vector, query.language)
         found = [(item, s) for item, s in neighbours if item.entry_id == entry_id]
-        if not found:
-            return False  # not among the nearest: no neighbour is near enough to it to count
-        item, similarity = found[0]
+        own = found[0] if found else await self._outside(entry_id, vector, query.language)
+        if own is None:
+            return False
+        item, similarity = own
         if await self._judge.contradicted(query, item, similarity, neighbours, pacer or Unpaced()):
             self._recorder.guard_rejected(GuardName.ANSWERS)
             return True
         return False
+
+    async def _outside(
+        self, entry_id: str, vector: np.ndarray, language: str
+    ) -> tuple[Indexed, float] | None:
+        """An entry that is not among the query's nearest, with its similarity to the query,
+        read from its record (None: gone, unreadable, or of another model)."""
+        fields = [META, ANALYSIS, ANSWER_VECTOR, RESCORE_VECTOR, VECTOR]
+        key = record_key(self._prefix, entry_id)
+        async with self._conn.guard(key) as client:
+            values = await client.hmget(key, fields)
+        item = self._candidate(
+            {name: value for name, value in zip(fields, values, strict=True) if value is not None},
+            language,
+        )
+        own = _vector(values[-1], self._dims.get(language, 0))
+        if item is None or own is None:
+            return None
+        return item, self._thresholds.similarity(language, float(np.dot(vector, own)))
 
     async def _neighbours(
         self, partition: str, vector: np.ndarray, language: str, relaxed: bool = False
@@ -274,12 +301,17 @@ class RedisSearchIndex:
         except (CorruptEntry, ValueError, KeyError, TypeError):
             return None
         answer = _vector(entry.answer_vector, self._dims[language])
+        if answer is not None:
+            self._recent_answers[entry.entry_id] = answer
+            self._recent_answers.move_to_end(entry.entry_id)
+            if len(self._recent_answers) > RECENT_ANSWERS:
+                self._recent_answers.popitem(last=False)
         rescore = _vector(entry.rescore_vector, self._rescore_dim)
         return Indexed.of(entry, -1, analysis, answer, rescore)
 
     def answer_vector(self, entry_id: str) -> np.ndarray | None:
-        # The replica holds no vectors; the answer check reads them with the candidates.
-        return None
+        """The answer vector of a recent candidate (`RECENT_ANSWERS`); None for others."""
+        return self._recent_answers.get(entry_id)
 
     async def add(self, entry: Entry) -> None:
         return None  # Redis indexes the record as the Redis tier writes it
