@@ -16,7 +16,7 @@ size and layout, on one Redis Stack server (`make redis-stack`):
 
     python -m bench.redis_search [--sizes 10000,100000] [--spread 1000] [--queries 500]
 
-(`--spread 0`: one partition only, as for the 300,000-entry run of docs/redis-search.md.)
+(`--spread 0`: the one-partition layout only.)
 
 Prints a table and writes bench/results/redis-search.json. A size not run (1M: FAISS's graph
 alone takes about 14 minutes here, Redis's about as long again, twice with its restart) is
