@@ -5,8 +5,8 @@ expectations as tests/contract/test_semantic_index.py; what differs is how an en
 out: the FAISS tier is given it, while Redis indexes the record the Redis tier writes and
 forgets it as the Redis tier deletes it or it expires.
 
-Entries are stored at the real time here (Redis expires a record at its own wall-clock expiry)
-and each backend reads a manual clock set to the same instant.
+The suite's entries are moved to the real time as they are stored (Redis expires a record at
+its own wall-clock expiry), and each backend reads a manual clock moved by as much.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from tests.contract.test_semantic_index import (
     P2,
     QUERY,
     THRESHOLD,
+    A,
+    B,
+    C,
     axis,
     found,
     indexed,
     near,
 )
-from tests.contract.test_semantic_index import A as A_THEN
-from tests.contract.test_semantic_index import B as B_THEN
-from tests.contract.test_semantic_index import C as C_THEN
 from tests.support.redis_server import RedisServer
 from tests.support.redis_stack import INSTALL_HINT, find_redis_stack, redis_stack_server
 from tiers.base import Entry
@@ -52,11 +52,6 @@ from tiers.semantic.judge import CandidateJudge
 from tiers.semantic.protocol import SemanticIndex
 from tiers.semantic.redis_search import RedisSearchIndex
 from tiers.semantic.tier import SemanticTier
-
-# The suite's entries moved to now: stored 10 s before the clock's now, as there.
-SHIFT_S = float(int(time.time()) - int(NOW_S))
-NOW_REAL_S = NOW_S + SHIFT_S
-A, B, C = (replace(e, stored_at=e.stored_at + SHIFT_S) for e in (A_THEN, B_THEN, C_THEN))
 
 CONFIG = SemanticConfig(
     threshold=THRESHOLD,
@@ -73,15 +68,19 @@ class Backend:
     index: SemanticIndex
     put: Callable[[Entry], Awaitable[object]]
     delete: Callable[[str], Awaitable[object]]
+    shift_s: float  # from the suite's times to the real ones
 
     async def add_all(self, *entries: Entry) -> None:
         for entry in entries:
-            await self.put(entry)
+            await self.put(replace(entry, stored_at=entry.stored_at + self.shift_s))
 
 
-def parts() -> tuple[ThresholdController, CacheRecorder, ManualClock]:
-    clock = ManualClock(wall_start_s=NOW_REAL_S)
-    return ThresholdController(VerifyConfig(), CONFIG.threshold), CacheRecorder(), clock
+def parts() -> tuple[ThresholdController, CacheRecorder, ManualClock, float]:
+    """The judging's parts, a clock at the suite's NOW_S moved to the real time, and the move."""
+    shift_s = float(int(time.time()) - int(NOW_S))
+    clock = ManualClock(wall_start_s=NOW_S + shift_s)
+    thresholds = ThresholdController(VerifyConfig(), CONFIG.threshold)
+    return thresholds, CacheRecorder(), clock, shift_s
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +93,17 @@ def stack_server() -> Iterator[RedisServer]:
 
 
 async def faiss_backend(config: SemanticConfig) -> AsyncIterator[Backend]:
-    thresholds, recorder, clock = parts()
+    thresholds, recorder, clock, shift_s = parts()
     tier = SemanticTier(config, MeaningGuard(config), thresholds, clock, recorder)
     tier.set_dimension(DIM)
-    yield Backend(tier, tier.add, tier.remove)
+    yield Backend(tier, tier.add, tier.remove, shift_s)
     await tier.close()
 
 
 async def redis_backend(server: RedisServer, semantic: SemanticConfig) -> AsyncIterator[Backend]:
     with redis.Redis.from_url(server.url) as client:
         client.flushall()  # the records, and the index with them
-    thresholds, recorder, clock = parts()
+    thresholds, recorder, clock, shift_s = parts()
     config = RedisConfig(url=server.url)
     connection = RedisConnection(config)
     await connection.start()
@@ -112,7 +111,7 @@ async def redis_backend(server: RedisServer, semantic: SemanticConfig) -> AsyncI
     judge = CandidateJudge(semantic, MeaningGuard(semantic), thresholds, recorder)
     index = RedisSearchIndex(connection, config, semantic, judge, thresholds, clock, recorder)
     await index.start({"en": DIM})
-    yield Backend(index, store.put, store.delete)
+    yield Backend(index, store.put, store.delete, shift_s)
     await connection.close()
 
 
@@ -170,8 +169,8 @@ async def test_a_relaxed_threshold_applies_instead(backend: Backend) -> None:
 
 
 async def test_expired_entries_answer_only_relaxed_lookups(backend: Backend) -> None:
-    in_grace = replace(A, stored_at=NOW_REAL_S - 330.0)  # expired 30 s ago, gone in 30 s
-    gone = replace(B, stored_at=NOW_REAL_S - 400.0)  # past TTL + grace
+    in_grace = replace(A, stored_at=NOW_S - 330.0)  # expired 30 s ago, gone in 30 s
+    gone = replace(B, stored_at=NOW_S - 400.0)  # past TTL + grace
     await backend.add_all(in_grace, gone)
     assert await found(backend.index) == []
     assert await found(backend.index, threshold_override=THRESHOLD) == [("a", 0.97)]
@@ -183,7 +182,7 @@ async def test_expired_entries_answer_only_relaxed_lookups(backend: Backend) -> 
 async def test_partitions_are_kept_apart(backend: Backend) -> None:
     await backend.add_all(A)
     assert await found(backend.index, vector=near(0.97, 1), partition=P2) == []
-    elsewhere = replace(indexed("a2", near(0.97, 1), partition=P2), stored_at=A.stored_at)
+    elsewhere = indexed("a2", near(0.97, 1), partition=P2)
     await backend.add_all(elsewhere)
     assert await found(backend.index, partition=P2) == [("a2", 0.97)]
     assert await found(backend.index, partition=P1) == [("a", 0.97)]
@@ -259,12 +258,12 @@ async def test_records_stored_before_the_index_are_found_once_redis_indexed_them
 ) -> None:
     with redis.Redis.from_url(stack_server.url) as client:
         client.flushall()
-    thresholds, recorder, clock = parts()
+    thresholds, recorder, clock, shift_s = parts()
     config = RedisConfig(url=stack_server.url)
     connection = RedisConnection(config)
     await connection.start()
     try:
-        await RedisTier(connection, config).put(A)
+        await RedisTier(connection, config).put(replace(A, stored_at=A.stored_at + shift_s))
         judge = CandidateJudge(CONFIG, MeaningGuard(CONFIG), thresholds, recorder)
         index = RedisSearchIndex(connection, config, CONFIG, judge, thresholds, clock, recorder)
         await index.start({"en": DIM})
@@ -280,7 +279,7 @@ async def test_records_stored_before_the_index_are_found_once_redis_indexed_them
 
 @pytest.mark.redis
 async def test_a_redis_without_the_search_module_is_a_configuration_error() -> None:
-    thresholds, recorder, clock = parts()
+    thresholds, recorder, clock, _ = parts()
     with RedisServer() as plain:  # Debian's redis-server: no modules
         config = RedisConfig(url=plain.url)
         connection = RedisConnection(config)
