@@ -23,10 +23,16 @@ if LD_LIBRARY_PATH="$libs" ldd "$server" | grep -q "not found"; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$libs"
-  printf '%s\n' "deb http://deb.debian.org/debian bullseye main" \
-    "deb http://deb.debian.org/debian-security bullseye-security main" > "$work/sources.list"
-  apt=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-       -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -qq)
+  # The Debian mirror this machine's apt already uses, with Debian 11's suites.
+  mirror=$( (grep -rhoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list \
+    /etc/apt/sources.list.d/ 2>/dev/null || true) | head -1 | tr -d ' ')
+  mirror="${mirror%/}"
+  [ -n "$mirror" ] || { echo "no Debian mirror in apt's sources" >&2; exit 1; }
+  printf '%s\n' "deb $mirror bullseye main" "deb $mirror-security bullseye-security main" \
+    > "$work/sources.list"
+  apt=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$work/sources.list"
+       -o Dir::Etc::SourceParts=/dev/null -o "Dir::State::Lists=$work/lists"
+       -o "Dir::Cache=$work/cache" -qq)
   echo "fetching libssl1.1 (Debian 11) for the Redis Stack server" >&2
   apt-get "${apt[@]}" update
   (cd "$work" && apt-get "${apt[@]}" download libssl1.1 2>/dev/null)
