@@ -21,7 +21,7 @@ import redis
 
 from core.clock import ManualClock
 from core.config import RedisConfig
-from core.errors import ConfigError
+from core.errors import ConfigError, TierUnavailable
 from core.recorder import CacheRecorder
 from core.semantic_config import SemanticConfig, VerifyConfig
 from normalize.meaning.guards import MeaningGuard
@@ -291,3 +291,45 @@ async def test_a_redis_without_the_search_module_is_a_configuration_error() -> N
                 await index.start({"en": DIM})
         finally:
             await connection.close()
+
+
+@pytest.mark.redis
+async def test_redis_down_finds_nothing_and_the_index_comes_once_it_is_back(
+    stack_server: RedisServer,
+) -> None:
+    """With Redis unreachable a search is a counted Redis error and no candidate (the request
+    goes upstream), as the Redis tier's own lookups are; an index `start` could not create
+    is created by the first search once Redis answers again."""
+    with redis.Redis.from_url(stack_server.url) as client:
+        client.flushall()
+    thresholds, recorder, clock, shift_s = parts()
+    config = RedisConfig(url=stack_server.url, probe_interval_s=0.05)
+    connection = RedisConnection(config)
+    await connection.start()
+    judge = CandidateJudge(CONFIG, MeaningGuard(CONFIG), thresholds, recorder)
+    index = RedisSearchIndex(connection, config, CONFIG, judge, thresholds, clock, recorder)
+    stack_server.stop()
+    try:
+        with pytest.raises(TierUnavailable):
+            await index.start({"en": DIM})
+        assert await found(index) == []
+        assert not await index.contradicts(P1, QUERY, ANALYSIS, A.entry_id)
+        assert recorder.snapshot().tier_errors["redis"] == 2
+    finally:
+        stack_server.start()
+    try:
+        store = RedisTier(connection, config)
+        for _ in range(200):  # until the connection's probe finds Redis back
+            try:
+                await store.put(replace(A, stored_at=A.stored_at + shift_s))
+                break
+            except TierUnavailable:
+                await asyncio.sleep(0.05)
+        await found(index)  # creates the index; Redis indexes `a` in the background
+        for _ in range(500):
+            if await index.indexing_done() >= 1.0:
+                break
+            await asyncio.sleep(0.01)
+        assert await found(index) == [("a", 0.97)]
+    finally:
+        await connection.close()

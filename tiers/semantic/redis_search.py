@@ -29,12 +29,12 @@ import numpy as np
 
 from core.clock import Clock
 from core.config import RedisConfig
-from core.errors import ConfigError, CorruptEntry
+from core.errors import ConfigError, CorruptEntry, TierUnavailable
 from core.pacing import Pacer, Unpaced
 from core.recorder import CacheRecorder, GuardName
 from core.semantic_config import SemanticConfig
 from normalize.meaning.signature import Analysis
-from tiers.base import Entry, Invalidation
+from tiers.base import Entry, Invalidation, TierName
 from tiers.entry_codec import (
     ANALYSIS,
     ANSWER_VECTOR,
@@ -152,6 +152,8 @@ class RedisSearchIndex:
         # models share a dimension share an index; the search tag keeps them apart).
         self._dims: dict[str, int] = {}
         self._rescore_dim = 0
+        # What `start` was given, until the indexes exist (Redis may be down when it is called).
+        self._wanted: dict[str, int] = {}
         self._recent_answers: OrderedDict[str, np.ndarray] = OrderedDict()
 
     async def require_module(self) -> None:
@@ -168,16 +170,21 @@ class RedisSearchIndex:
     async def start(self, dims: Mapping[str, int], rescore_dim: int = 0) -> None:
         """The indexes for each language's vectors, once its model is loaded; created when
         Redis has none yet (Redis then indexes the records it holds already, in the
-        background)."""
+        background). With Redis unreachable (TierUnavailable), the first search after it is
+        back creates them."""
         assert dims and all(dim > 0 for dim in dims.values()), "the models' dimensions"
+        self._wanted, self._rescore_dim = dict(dims), rescore_dim
+        await self._create()
+
+    async def _create(self) -> None:
         await self.require_module()
         async with self._conn.guard() as client:
             existing = {_text(name) for name in await client.execute_command("FT._LIST")}
-            for dim in sorted(set(dims.values())):
+            for dim in sorted(set(self._wanted.values())):
                 if index_name(self._prefix, dim) not in existing:
                     definition = index_definition(self._prefix, dim, self._config)
                     await client.execute_command(*definition)
-        self._dims, self._rescore_dim = dict(dims), rescore_dim
+        self._dims = dict(self._wanted)
 
     def index_of(self, language: str) -> str | None:
         """The index of `language`'s vectors (None before its model is loaded)."""
@@ -207,7 +214,13 @@ class RedisSearchIndex:
         pacer = pacer or Unpaced()
         await pacer.step()
         relaxed = threshold_override is not None
-        live = await self._neighbours(partition, vector, query.language, relaxed)
+        try:
+            live = await self._neighbours(partition, vector, query.language, relaxed)
+        except TierUnavailable:
+            # Redis is down: no candidates, as the Redis tier's own lookups find nothing then
+            # (counted as its error, tiers/service.py); the request goes upstream.
+            self._recorder.tier_error(TierName.REDIS)
+            return []
         chosen = await self._judge.choose(query, live, pacer, threshold_override, notes, rescore)
         return [] if chosen is None else [chosen[1]]
 
@@ -223,9 +236,13 @@ class RedisSearchIndex:
         for matches found without a similarity search (the lemma key)."""
         if self._config.answer_margin <= 0:
             return False
-        neighbours = await self._neighbours(partition, vector, query.language)
-        found = [(item, s) for item, s in neighbours if item.entry_id == entry_id]
-        own = found[0] if found else await self._outside(entry_id, vector, query.language)
+        try:
+            neighbours = await self._neighbours(partition, vector, query.language)
+            found = [(item, s) for item, s in neighbours if item.entry_id == entry_id]
+            own = found[0] if found else await self._outside(entry_id, vector, query.language)
+        except TierUnavailable:
+            self._recorder.tier_error(TierName.REDIS)
+            return False  # nothing to check against: as for a search, Redis is down
         if own is None:
             return False
         item, similarity = own
@@ -257,6 +274,8 @@ class RedisSearchIndex:
     ) -> Neighbours:
         """The `candidates` nearest records of the partition and language, best first, with
         their similarity on the common scale; fresh ones only (within grace when relaxed)."""
+        if self._wanted and not self._dims:
+            await self._create()  # Redis was unreachable when `start` was called
         index = self.index_of(language)
         if index is None or vector.shape != (self._dims[language],):
             return []
