@@ -72,6 +72,11 @@ def _order_problems(config: DejaConfig) -> Iterator[str]:
         yield (
             "upstream.api_key is set, so proxy.api_keys must list the client keys allowed to use it"
         )
+    if config.semantic.backend == "redis-search" and (not config.redis.url or config.redis.cluster):
+        yield (
+            "semantic.backend redis-search needs redis.url, one Redis with the search module"
+            " (not redis.cluster: an open-source Cluster has no search across its shards)"
+        )
     if config.server.edge and not config.redis.url:
         yield (
             "server.edge needs redis.url: the front reads the entries the worker stores from Redis"

@@ -122,6 +122,16 @@ class SemanticConfig:
     hnsw_ef_search: int = setting(
         64, "HNSW search breadth (efSearch): higher = better recall, slower", ge=1
     )
+    # Where vectors are searched (docs/redis-search.md): FAISS indexes in each replica (the
+    # settings above and below apply to them), or Redis's own vector index over the entries it
+    # stores (Redis Stack or Redis 8, not a Cluster): a replica then holds no vectors, and the
+    # same thresholds and guards judge what Redis finds (M and efSearch are Redis's too).
+    backend: str = setting(
+        "faiss",
+        "where vectors are searched: faiss (each replica's own indexes) or redis-search"
+        " (Redis's vector index over the stored entries; needs Redis's search module)",
+        choices=("faiss", "redis-search"),
+    )
     max_entries: int = setting(
         200_000, "vectors across all partitions; the coldest are evicted past it", ge=1
     )

@@ -8,6 +8,8 @@
     w  answer vector: float32 bytes of the answer's embedding (absent when none)
     r  rescore vector: float32 bytes of the prompt's embedding by the second model of the
        two-stage mode (absent in one-stage mode)
+    t  search tag: "partition:language", beside the vector (absent without one): what Redis's
+       own vector index filters a search by (`semantic.backend: redis-search`)
 
 A record of another version, or one that cannot be parsed, raises CorruptEntry; callers treat
 it as absent, so a rolling upgrade never serves a misread answer.
@@ -21,10 +23,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import CorruptEntry
-from normalize.keys.request import Route
+from normalize.keys.request import PARTITION_TAG_CHARS, Route
 from tiers.base import ENTRY_FORMAT_VERSION, Entry
 
 META, BODY, ANALYSIS, VECTOR, ANSWER_VECTOR, RESCORE_VECTOR = "m", "b", "a", "v", "w", "r"
+SEARCH_TAG = "t"
 _RAW, _ZLIB = b"j", b"z"
 
 
@@ -84,11 +87,43 @@ def encode_fields(entry: Entry, compress_min_bytes: int) -> dict[str, bytes]:
         fields[ANALYSIS] = entry.analysis.encode()
     if entry.vector is not None:
         fields[VECTOR] = entry.vector
+        tag = _search_tag_of(entry)
+        if tag is not None:
+            fields[SEARCH_TAG] = tag.encode()
     if entry.answer_vector is not None:
         fields[ANSWER_VECTOR] = entry.answer_vector
     if entry.rescore_vector is not None:
         fields[RESCORE_VECTOR] = entry.rescore_vector
     return fields
+
+
+def record_key(prefix: str, entry_id: str) -> str:
+    """The key of an entry's hash (tiers/redis_tier.py gives the key layout): its partition's
+    hash tag, which the entry id starts with, keeps it in its partition's Cluster slot."""
+    return f"{prefix}:{{{entry_id[:PARTITION_TAG_CHARS]}}}:e:{entry_id}"
+
+
+def search_tag(partition: str, language: str) -> str:
+    """The record's search tag: a vector search looks in one partition and language, as the
+    replica's FAISS indexes do (one per partition and language)."""
+    return f"{partition}:{language}"
+
+
+def _search_tag_of(entry: Entry) -> str | None:
+    """None for an entry whose analysis cannot be read: no index searches it (the replica's
+    refuses it too, tiers/semantic/tier.py)."""
+    try:
+        return search_tag(entry.partition, entry.language)
+    except (CorruptEntry, ValueError, KeyError, TypeError):
+        return None
+
+
+def decode_without_body(fields: Mapping[str, bytes | None]) -> Entry:
+    """An Entry from a record's fields other than its body (a search candidate's: its answer
+    is read only if it is served), with an empty body."""
+    whole: dict[bytes | str, bytes | None] = dict(fields.items())
+    whole[BODY] = _RAW
+    return decode_fields(whole)
 
 
 def decode_fields(fields: Mapping[bytes | str, bytes | None]) -> Entry:

@@ -25,7 +25,7 @@ from core.config import RedisConfig
 from core.errors import CorruptEntry
 from normalize.keys.request import PARTITION_TAG_CHARS
 from tiers.base import Entry, Invalidation, TierName
-from tiers.entry_codec import ANALYSIS, BODY, META, decode_fields, encode_fields
+from tiers.entry_codec import ANALYSIS, BODY, META, decode_fields, encode_fields, record_key
 from tiers.redis_connection import RedisConnection
 
 # The entry (ARGV[2], expiring at ARGV[1]) in its partition's hash (KEYS[2]), which expires with
@@ -117,7 +117,7 @@ class RedisTier:
         return TierName.REDIS
 
     def _entry_key(self, entry_id: str) -> str:
-        return f"{self._prefix}:{{{entry_id[:PARTITION_TAG_CHARS]}}}:e:{entry_id}"
+        return record_key(self._prefix, entry_id)
 
     def _partition_key(self, entry_id: str) -> str:
         return f"{self._prefix}:{{{entry_id[:PARTITION_TAG_CHARS]}}}:p"

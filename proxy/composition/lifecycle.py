@@ -32,7 +32,7 @@ import gc
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -41,6 +41,9 @@ from proxy.composition.parts import FrontParts, ProxyParts, Readiness, StorePart
 from proxy.composition.report import series_state
 from proxy.edge.worker_process import exit_with_parent
 from proxy.http.traces import shutdown_tracer
+
+if TYPE_CHECKING:  # only for annotations: the semantic parts load when the config asks
+    from tiers.semantic.redis_search import RedisSearchIndex
 
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 
@@ -175,12 +178,23 @@ async def warm_up(store: StoreParts, readiness: Readiness) -> None:
             # The partitions held when the replica stopped, read back from their snapshots
             # while the models load (installed once they are).
             store.partitions.resume()
+        if store.search is not None:
+            await search_module_present(store.search)
         if store.features is not None and store.semantic is not None:
             await store.features.start()
             for language, dim in store.features.dims.items():
                 store.semantic.set_dimension(dim, language)
             if store.features.rescore_dim:
                 store.semantic.set_rescore_dimension(store.features.rescore_dim)
+        if store.features is not None and store.search is not None:
+            await store.features.start()
+            # Redis's index for each model's vectors (semantic.backend redis-search).
+            try:
+                await store.search.start(store.features.dims, store.features.rescore_dim)
+            except TierUnavailable as exc:
+                _log.warning(
+                    "redis is unreachable; its vector index follows when it is back: %s", exc
+                )
         if store.partitions is not None:
             store.partitions.models_loaded()
         if store.replication is not None:
@@ -198,6 +212,16 @@ async def warm_up(store: StoreParts, readiness: Readiness) -> None:
     _log.info("ready")
     if store.replication is not None:
         await store.replication.follow()
+
+
+async def search_module_present(search: RedisSearchIndex) -> None:
+    """semantic.backend redis-search on a Redis without the search module: said now, on
+    /readyz, not after the models have loaded. A Redis that is down is no such error: the
+    index is created once it answers (`RedisSearchIndex.start`)."""
+    try:
+        await search.require_module()
+    except TierUnavailable as exc:
+        _log.warning("redis is unreachable; its search module is checked when it is back: %s", exc)
 
 
 def settle_collector() -> None:

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 
     from normalize.runtime.model_features import SemanticFeatureSource
     from tiers.partition_loader import PartitionLoader
+    from tiers.semantic.redis_search import RedisSearchIndex
     from tiers.semantic.tier import SemanticTier
 
 
@@ -120,7 +121,10 @@ class StoreParts:
     lru: LruKTier | None
     redis: RedisConnection | None
     redis_tier: RedisTier | None
+    # The similarity tier: FAISS in this replica (`semantic`), or Redis's own vector index
+    # (`search`, semantic.backend redis-search); at most one of them.
     semantic: SemanticTier | None
+    search: RedisSearchIndex | None
     features: SemanticFeatureSource | None
     replication: StreamReplication | None
     # With Redis and the semantic tier: which partitions the index holds, loading them on
@@ -215,26 +219,31 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
     thresholds = ThresholdController(config.verify, config.semantic.threshold, scale)
     lemma_hits = HitSwitch(config.verify)
     lookup_turns = LoopTurns()
-    features = semantic = None
+    features = semantic = search = None
     if semantic_index and config.semantic.enabled:
         # Imported here: spaCy, torch and FAISS are heavy, and a deployment without the
         # semantic tier should not pay for them.
         from normalize.meaning.guards import MeaningGuard
         from normalize.runtime.model_features import SemanticFeatureSource
-        from tiers.semantic.tier import SemanticTier
 
         features = SemanticFeatureSource(config.semantic)
         rescoring = (
             RescoreBand(config.semantic.rescore_band, scale) if config.semantic.two_stage else None
         )
-        semantic = SemanticTier(
-            config.semantic,
-            MeaningGuard(config.semantic),
-            thresholds,
-            clock,
-            recorder,
-            rescoring,
-        )
+        guard = MeaningGuard(config.semantic)
+        if config.semantic.backend == "redis-search":
+            from tiers.semantic.judge import CandidateJudge
+            from tiers.semantic.redis_search import RedisSearchIndex
+
+            assert redis is not None, "semantic.backend redis-search is validated to have Redis"
+            judge = CandidateJudge(config.semantic, guard, thresholds, recorder, rescoring)
+            search = RedisSearchIndex(
+                redis, config.redis, config.semantic, judge, thresholds, clock, recorder
+            )
+        else:
+            from tiers.semantic.tier import SemanticTier
+
+            semantic = SemanticTier(config.semantic, guard, thresholds, clock, recorder, rescoring)
     replication = partitions = None
     if redis is not None and redis_tier is not None:
         cursor = StreamCursor()
@@ -258,14 +267,15 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
             cursor=cursor,
         )
     tiers: list[CacheTier] = [*local, *([redis_tier] if redis_tier is not None else [])]
+    index = semantic if semantic is not None else search
     service = CacheService(
         tiers,
         clock,
         recorder,
-        semantic,
+        index,
         replication,
         lemma_hits,
-        learning=semantic is not None and thresholds.learning,
+        learning=index is not None and thresholds.learning,
         partitions=partitions,
     )
     return StoreParts(
@@ -274,6 +284,7 @@ def build_store(config: DejaConfig, clock: Clock, *, semantic_index: bool) -> St
         redis=redis,
         redis_tier=redis_tier,
         semantic=semantic,
+        search=search,
         features=features,
         replication=replication,
         partitions=partitions,

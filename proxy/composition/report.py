@@ -36,6 +36,7 @@ def readiness(parts: ProxyParts, partition: str | None = None) -> tuple[bool, di
         "redis": _redis(parts),
         "semantic": {
             "enabled": parts.config.semantic.enabled,
+            "backend": parts.config.semantic.backend,
             "models_loaded": store.features.ready if store.features is not None else False,
             "entries": store.semantic.size() if store.semantic is not None else 0,
             **_partitions(store, partition),

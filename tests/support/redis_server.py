@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -17,13 +18,28 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None, prefix: Sequence[str] = ()) -> None:
-        """`prefix`: a command to run redis-server under (the benchmarks pin it to a core)."""
-        binary = shutil.which("redis-server")
+    def __init__(
+        self,
+        port: int | None = None,
+        prefix: Sequence[str] = (),
+        binary: str | None = None,
+        arguments: Sequence[str] = (),
+        library_path: str | None = None,
+        start_timeout_s: float = 10.0,
+    ) -> None:
+        """`prefix`: a command to run redis-server under (the benchmarks pin it to a core).
+        `binary`, `arguments` and `library_path` (LD_LIBRARY_PATH): another server than
+        Debian's, such as Redis Stack's with its search module (tests/support/redis_stack.py)."""
+        binary = binary or shutil.which("redis-server")
         assert binary, (
             "redis-server is not installed (make test installs it: scripts/ensure-system.sh)"
         )
         self._binary = binary
+        self._arguments = list(arguments)
+        self._env = (
+            None if library_path is None else {**os.environ, "LD_LIBRARY_PATH": library_path}
+        )
+        self._start_timeout_s = start_timeout_s  # a start loads dump.rdb before it answers
         self.port = port or free_port()
         self._prefix = list(prefix)
         self._dir = tempfile.mkdtemp(prefix="deja-redis-")
@@ -51,11 +67,13 @@ class RedisServer:
                 self._dir,
                 "--protected-mode",
                 "no",
+                *self._arguments,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=self._env,
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + self._start_timeout_s
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
@@ -65,6 +83,11 @@ class RedisServer:
             except OSError:
                 time.sleep(0.02)
         raise RuntimeError(f"redis-server did not start on port {self.port}")
+
+    @property
+    def folder(self) -> str:
+        """Its working folder, where a SAVE writes dump.rdb and a start loads it from."""
+        return self._dir
 
     def stop(self) -> None:
         """Kill it (SIGKILL: an outage, not a polite shutdown)."""

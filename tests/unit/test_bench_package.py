@@ -21,6 +21,7 @@ BENCHMARKS = (
     "calibration",
     "faults",
     "modelserver",
+    "redis_search",
     "restart",
     "scale",
     "shared_worker",

@@ -33,6 +33,12 @@ BAD: list[tuple[str, dict[str, Any]]] = [
     ("semantic.rescore_band", {"semantic": {"rescore_band": -0.1}}),
     ("semantic.spacy_model", {"semantic": {"spacy_model": "xx_no_such_pipeline"}}),
     ("semantic.spacy_model", {"semantic": {"spacy_model": "/no/such/pipeline"}}),
+    ("semantic.backend", {"semantic": {"backend": "qdrant"}}),
+    ("semantic.backend", {"semantic": {"backend": "redis-search"}}),  # no redis.url
+    (
+        "semantic.backend",
+        {"semantic": {"backend": "redis-search"}, "redis": {"url": "redis://h:1", "cluster": True}},
+    ),
     ("semantic.hnsw_m", {"semantic": {"hnsw_m": 1}}),  # FAISS aborts the process at 0 and 1
     ("semantic.hnsw_ef_search", {"semantic": {"hnsw_ef_search": 0}}),
     ("semantic.torch_threads", {"semantic": {"torch_threads": 0}}),

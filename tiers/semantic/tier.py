@@ -15,7 +15,7 @@ neighbour within that margin of the best similarity also passes the guards but w
 differently (answers below `verify.answer_agreement`), the cache holds two answers for what
 reads as one question, and serving either is a coin toss; the lookup misses instead (measured
 on Banking77: "How do I reset my PIN?" and "How can I reset my PIN?", cosine 0.995, belong to
-different intents).
+different intents). The judging is tiers/semantic/judge.py, whatever index found the candidates.
 
 The tier holds vectors and each entry's analysis, threshold and expiry (tiers/semantic/
 holdings.py), not the answers: a candidate's entry is loaded from the key-value tiers by id. At
@@ -37,7 +37,7 @@ from core.pacing import Pacer, Unpaced
 from core.recorder import CacheRecorder, GuardName
 from core.semantic_config import SemanticConfig
 from normalize.keys.request import PARTITION_TAG_CHARS
-from normalize.meaning.guards import GuardVerdict, MeaningGuard
+from normalize.meaning.guards import MeaningGuard
 from normalize.meaning.signature import Analysis
 from tiers.base import Entry, Invalidation, PartitionIndex
 from tiers.policies.rescoring import RescoreBand
@@ -45,6 +45,7 @@ from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.faiss_thread import FaissThread
 from tiers.semantic.holdings import Holdings
 from tiers.semantic.indexed import Indexed, entry_bytes
+from tiers.semantic.judge import CandidateJudge, Neighbours
 from tiers.semantic.protocol import NearestNotes, RescoreVector, SemanticCandidate
 from tiers.semantic.snapshot import IndexImage, Restored
 from tiers.semantic.vector_index import VectorIndex, best_of
@@ -66,14 +67,13 @@ class SemanticTier:
         rescoring: RescoreBand | None = None,
     ):
         self._config = config
-        # Two-stage mode (tiers/policies/rescoring.py); None: one stage.
-        self._rescoring = rescoring
+        # Thresholds, guards and the answer check on the candidates (tiers/semantic/judge.py);
+        # with `rescoring`, two-stage mode (tiers/policies/rescoring.py).
+        self._judge = CandidateJudge(config, guard, thresholds, recorder, rescoring)
         self._rescore_dim = 0
-        self.rescored = 0
         # Per language (two languages' vectors come from two models): its dimension, set once
         # its model is loaded, and one index per partition.
         self._dims: dict[str, int] = {}
-        self._guard = guard
         self._thresholds = thresholds
         self._clock = clock
         self._recorder = recorder
@@ -95,6 +95,11 @@ class SemanticTier:
     def set_rescore_dimension(self, dim: int) -> None:
         assert dim > 0 and not self._held.entries, "a dimension is set once, before any entry"
         self._rescore_dim = dim
+
+    @property
+    def rescored(self) -> int:
+        """Candidates judged by the second model's similarity (two-stage mode)."""
+        return self._judge.rescored
 
     @property
     def dims(self) -> dict[str, int]:
@@ -156,81 +161,19 @@ class SemanticTier:
         index = self._held.index(key)
         if index is None:
             return []
-        relaxed = threshold_override is not None
         # The search, and each guard check after it, is a fraction of a millisecond of Python;
         # each waits for the caller's pacer, so that exact hits can be served in between.
         await pacer.step()
+        relaxed = threshold_override is not None
         live = await self._neighbours(key, index, vector, pacer, relaxed)
-        for item, similarity in live:
-            threshold = (
-                threshold_override
-                if threshold_override is not None
-                else self._thresholds.effective(item.threshold, item.learned_threshold)
-            )
-            if rescore is not None and not relaxed:
-                similarity = await self._rescored(item, similarity, threshold, rescore)
-            if similarity < threshold:
-                if notes is not None:
-                    notes.saw(similarity, threshold, None)
-                    if not relaxed:
-                        await self._note_near_miss(query, item, similarity, threshold, notes, pacer)
-                continue
-            refused = await self._refusing_guard(query, item, pacer)
-            if refused is not None:
-                if notes is not None:
-                    notes.saw(similarity, threshold, refused)
-                continue
-            # The nearest candidate that passes is the answer, unless a neighbour contradicts it.
-            if await self._contradicted(query, item, similarity, live, pacer):
-                self._recorder.guard_rejected(GuardName.ANSWERS)
-                if notes is not None:
-                    notes.decided(similarity, threshold, GuardName.ANSWERS)
-                return []
-            if notes is not None:
-                notes.decided(similarity, threshold, None)
-            self._held.served(item.entry_id)
-            learned = not relaxed and similarity < self._thresholds.effective(item.threshold)
-            return [SemanticCandidate(item.entry_id, similarity, learned)]
-        return []
-
-    async def _rescored(
-        self, item: Indexed, similarity: float, threshold: float, rescore: RescoreVector
-    ) -> float:
-        """Two-stage: the second model's similarity for a candidate in the band under its
-        threshold (tiers/policies/rescoring.py), else the first model's."""
-        band = self._rescoring
-        if band is None or not band.wants(similarity, threshold):
-            return similarity
-        cached = self._held.rescore(item)
-        if cached is None:
-            return similarity
-        query = await rescore()
-        if query is None:
-            return similarity
-        self.rescored += 1
-        return band.similarity(query, cached)
-
-    async def _note_near_miss(
-        self,
-        query: Analysis,
-        item: Indexed,
-        similarity: float,
-        threshold: float,
-        notes: NearestNotes,
-        pacer: Pacer,
-    ) -> None:
-        """Note `item` when it may learn from this miss: with learning on, the first candidate
-        within `learn_distance` under its threshold that the guards let through. Not counted as
-        a guard rejection when they refuse: nothing was refused, it was no hit anyway."""
-        thresholds = self._thresholds
-        if notes.near_miss is not None or not thresholds.learning:
-            return
-        if (
-            threshold - similarity <= thresholds.learning_reach
-            and (await self._guards(query, item.analysis, pacer)).agree
-        ):
-            held = thresholds.held_back(item.threshold, item.learned_threshold, similarity)
-            notes.missed_near(item.entry_id, similarity, item.language, held)
+        chosen = await self._judge.choose(
+            query, live, self._held, pacer, threshold_override, notes, rescore
+        )
+        if chosen is None:
+            return []
+        item, candidate = chosen
+        self._held.served(item.entry_id)
+        return [candidate]
 
     async def contradicts(
         self,
@@ -253,7 +196,7 @@ class SemanticTier:
         similarity = self._thresholds.similarity(item.language, float(np.dot(vector, own)))
         pacer = pacer or Unpaced()
         neighbours = await self._neighbours(key, index, vector, pacer)
-        if await self._contradicted(query, item, similarity, neighbours, pacer):
+        if await self._judge.contradicted(query, item, similarity, neighbours, self._held, pacer):
             self._recorder.guard_rejected(GuardName.ANSWERS)
             return True
         return False
@@ -265,7 +208,7 @@ class SemanticTier:
         vector: np.ndarray,
         pacer: Pacer,
         relaxed: bool = False,
-    ) -> list[tuple[Indexed, float]]:
+    ) -> Neighbours:
         """The `candidates` nearest entries, best first, each with its similarity on the
         common scale (tiers/policies/similarity_scale.py). A hit needs a fresh entry; a relaxed
         (degraded) match takes one within its grace."""
@@ -288,57 +231,6 @@ class SemanticTier:
             )
             if item is not None and now < (item.hard_expires_at if relaxed else item.expires_at)
         ]
-
-    async def _refusing_guard(
-        self, query: Analysis, item: Indexed, pacer: Pacer
-    ) -> GuardName | None:
-        """The guard that finds the query asks something else than `item` (None: the same)."""
-        verdict = await self._guards(query, item.analysis, pacer)
-        if verdict.agree:
-            return None
-        guard = GuardName.of_reason(verdict.reason)
-        self._recorder.guard_rejected(guard)
-        return guard
-
-    async def _guards(self, query: Analysis, cached: Analysis, pacer: Pacer) -> GuardVerdict:
-        """The guards' verdict, each of their parts paced."""
-        parts = self._guard.stepwise(query, cached)
-        while True:
-            await pacer.step()
-            verdict = next(parts)
-            if verdict is not None:
-                return verdict
-
-    async def _contradicted(
-        self,
-        query: Analysis,
-        best: Indexed,
-        similarity: float,
-        live: list[tuple[Indexed, float]],
-        pacer: Pacer,
-    ) -> bool:
-        """Whether another neighbour within `answer_margin` of `similarity` asks the same
-        question (by the guards) and has an answer that disagrees with `best`'s. Neighbours
-        without an answer vector (not attached yet, tool calls) cannot contradict."""
-        margin = self._config.answer_margin
-        answer = self._held.answer(best) if margin > 0 else None
-        if answer is None:
-            return False
-        for other, other_similarity in live:
-            if other is best:
-                continue
-            if other_similarity < similarity - margin:
-                break  # best first: the rest are further away still
-            other_answer = self._held.answer(other)
-            if other_answer is None:
-                continue
-            # Within the float16 rows' error bound of the float32 cosine (vector_rows.py).
-            cosine = float(np.dot(answer, other_answer))
-            if self._thresholds.answers_agree(cosine, best.language):
-                continue
-            if (await self._guards(query, other.analysis, pacer)).agree:
-                return True
-        return False
 
     async def add(self, entry: Entry) -> None:
         if entry.vector is None or entry.analysis is None:
