@@ -340,7 +340,7 @@ class RedisSearchIndex:
 
     def answer(self, item: Indexed) -> np.ndarray | None:
         """For the judge: a candidate's answer vector, as its search just returned it."""
-        return self._recent_answers.get(item.entry_id)
+        return self.answer_vector(item.entry_id)
 
     def rescore(self, item: Indexed) -> np.ndarray | None:
         """For the judge: a candidate's second-model vector, as its search just returned it."""
