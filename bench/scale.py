@@ -28,7 +28,8 @@ Then Redis (bench/scale_redis.py): store throughput through `CacheService.store`
 entry, at `--redis-entries`; and the extension's effect on HNSW recall: one graph each over
 real vectors, mixtures, and random unit vectors, of the same size.
 
-    python -m bench.scale [--sizes 10000,100000] [--spread 1000] [--queries 500]
+    python -m bench.scale [--sizes 10000,100000] [--spread 1000] [--layouts one,spread]
+                          [--queries 500]
 
 Prints tables and writes bench/results/scale.json. A size not run (1M: the HNSW build alone
 takes about 14 minutes here) is extrapolated from the largest run, labelled as such.
@@ -74,7 +75,7 @@ from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
 from tiers.semantic.snapshot import Snapshot, SnapshotStore
 from tiers.semantic.tier import SemanticTier
-from tiers.semantic.vector_index import VectorIndex
+from tiers.semantic.vector_index import GraphShape, VectorIndex
 from tiers.service import CacheService
 
 VECTOR_BYTES = DIM * 4
@@ -213,7 +214,7 @@ async def restart_time(
 
 def graph_recall(config: SemanticConfig, vectors: np.ndarray, queries: np.ndarray) -> float:
     """recall@1 of an HNSW graph (the tier's M and efSearch) over `vectors`."""
-    index = VectorIndex(DIM, 0, config.hnsw_m, config.hnsw_ef_search)
+    index = VectorIndex(DIM, 0, GraphShape.of(config))
     for n, vector in enumerate(vectors):
         index.add(n, vector)
     index.rebuild()
@@ -235,7 +236,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"args": vars(args), "real_vectors": len(pool), "runs": []}
     with RedisServer() as redis:
         for size in sizes:
-            for partitions in (1, args.spread):
+            for partitions in [{"one": 1, "spread": args.spread}[n] for n in args.layouts]:
                 layout = Layout(size, min(partitions, size))
                 print(f"{size:,} entries over {layout.partitions:,} partitions ...", flush=True)
                 result = await measure(config, layout, vectors[:size], queries, redis.url)
@@ -364,12 +365,25 @@ def report(out: dict[str, Any]) -> None:
     )
 
 
+def _layouts(value: str) -> list[str]:
+    names = value.split(",")
+    if not names or any(n not in ("one", "spread") for n in names):
+        raise argparse.ArgumentTypeError(f"{value!r}: give one, spread or one,spread")
+    return names
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="10000,100000", help="entries, comma-separated")
     parser.add_argument("--spread", type=int, default=1_000, help="partitions of the spread run")
+    parser.add_argument(
+        "--layouts",
+        type=_layouts,
+        default=["one", "spread"],
+        help="one (every entry in one partition), spread (over --spread partitions), or both",
+    )
     parser.add_argument("--queries", type=int, default=500, help="held-out real questions")
     parser.add_argument("--real", type=int, default=19_500, help="real vectors to index")
     parser.add_argument("--redis-entries", type=int, default=20_000)

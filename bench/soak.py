@@ -87,7 +87,9 @@ def _partitions(fleet: Fleet) -> list[dict[str, Any]]:
         live: dict[str, int] = {}
         for tag in set().union(*(s.tags for s in fleet.slots)):
             members = client.hgetall(f"deja:v1:{{{tag}}}:p")
-            live[tag] = sum(1 for k, v in members.items() if k != b"~max" and float(v) > now_ms)
+            live[tag] = sum(
+                1 for k, v in members.items() if not k.startswith(b"~") and float(v) > now_ms
+            )
         for slot in fleet.slots:
             report = http(slot.server, "GET", "/readyz").body
             states = {

@@ -66,8 +66,11 @@ def tree_rss(pid: int) -> dict[str, int]:
 
 
 def _role(process: psutil.Process) -> str:
-    """A child's name: the last word of its command line that names a module or role."""
+    """A child's name: the role a model worker names itself by (deja-<kind>-<n>, its kernel
+    name), else the last word of its command line that names a module or role."""
     with contextlib.suppress(psutil.Error):
+        if process.name().startswith("deja-"):
+            return process.name()
         words = [w for w in process.cmdline() if not w.startswith("-")]
         if words:
             return words[-1].rsplit("/", 1)[-1][:40]

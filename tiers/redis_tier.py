@@ -5,8 +5,9 @@ Cluster slot and multi-key scripts stay legal):
 
     {prefix}:{tag}:e:{entry_id}   hash: the entry record (see entry_codec)
     {prefix}:{tag}:k:{key}        string: entry id, for an exact or a lemma key
-    {prefix}:{tag}:p              hash: the partition's entry ids → their expiry (ms), and
-                                  "~max", the latest of those: what a replica loading the
+    {prefix}:{tag}:p              hash: the partition's entry ids → their expiry (ms),
+                                  "~max", the latest of those, and "~cur", where the next
+                                  store's pruning resumes: what a replica loading the
                                   partition's vectors reads, instead of SCANning every key
 
 Every key expires at the entry's hard expiry (TTL + stale grace), set with PXAT from the
@@ -31,12 +32,32 @@ from tiers.redis_connection import RedisConnection
 # The entry (ARGV[2], expiring at ARGV[1]) in its partition's hash (KEYS[2]), which expires with
 # the last of its entries. Without TIME (a script that reads the clock may not write on Redis
 # 6.2), the hash keeps its own latest expiry under "~max".
+#
+# Nothing removes an id from the hash when its entry expires, and a partition that keeps being
+# stored to never expires as a whole: unpruned, a busy partition's hash would keep every id it
+# ever had. So each write also visits a few more of its fields (HSCAN from the cursor kept
+# under "~cur") and drops the ids that expired before ARGV[3], the written entry's own store
+# time (its writer's clock, as the expiries are). Every id is visited once per pass, and a
+# pass takes about (size / 10) writes, so the expired ids a hash keeps stay about a tenth of
+# the ids stored in one pass. HSCAN is nondeterministic: Redis 6.2 then lets a script write
+# only if it replicates its effects, not itself (what Redis 7 always does).
 _IN_PARTITION = """
+if redis.replicate_commands then redis.replicate_commands() end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 if tonumber(redis.call('HGET', KEYS[2], '~max') or '0') < tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[2], '~max', ARGV[1])
   redis.call('PEXPIREAT', KEYS[2], ARGV[1])
 end
+local visited = redis.call('HSCAN', KEYS[2], redis.call('HGET', KEYS[2], '~cur') or '0',
+  'COUNT', 10)
+local fields = visited[2]
+for i = 1, #fields, 2 do
+  if string.sub(fields[i], 1, 1) ~= '~' and tonumber(fields[i + 1]) < tonumber(ARGV[3]) then
+    redis.call('HDEL', KEYS[2], fields[i])
+  end
+end
+-- (An entry stored past its expiry took the hash with it: no cursor to keep then.)
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], '~cur', visited[1]) end
 """
 
 # Store an entry with its index keys, atomically; returns the id the exact key named until now
@@ -45,11 +66,12 @@ end
 # and redis-py's asyncio cluster client runs each command queued in a transaction on a thread
 # of its own with a second event loop (blocking the proxy's loop, and deadlocking it when a
 # failover makes both loops reinitialize the cluster map).
-#   KEYS: entry, partition, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
+#   KEYS: entry, partition, exact key, [lemma key]
+#   ARGV: expiry ms, entry id, store time ms, field, value, ...
 _PUT = (
     """
 redis.call('DEL', KEYS[1])
-for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 """
     + _IN_PARTITION
@@ -62,11 +84,12 @@ return previous
 
 # Overwrite an entry only while it still exists, atomically with its index keys, so a
 # replace racing a delete can never resurrect half a record.
-#   KEYS: entry, partition, exact key, [lemma key]   ARGV: expiry ms, entry id, field, value, ...
+#   KEYS: entry, partition, exact key, [lemma key]
+#   ARGV: expiry ms, entry id, store time ms, field, value, ...
 _REPLACE_IF_PRESENT = (
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 """
     + _IN_PARTITION
@@ -229,7 +252,7 @@ class RedisTier:
             expired: list[bytes] = []
             async for raw_id, expiry in client.hscan_iter(members, count=1000):
                 entry_id = raw_id.decode()
-                if entry_id == "~max":
+                if entry_id.startswith("~"):  # "~max", "~cur"
                     continue
                 if float(expiry) <= now_ms:
                     expired.append(raw_id)
@@ -281,8 +304,13 @@ class RedisTier:
         return entries
 
     def _record_args(self, entry: Entry) -> list[Any]:
-        """ARGV of the scripts that write a record: expiry ms, entry id, field, value, ..."""
-        argv: list[Any] = [int(entry.hard_expires_at * 1000), entry.entry_id]
+        """ARGV of the scripts that write a record: expiry ms, entry id, store time ms (what
+        the partition's pruning counts as now), field, value, ..."""
+        argv: list[Any] = [
+            int(entry.hard_expires_at * 1000),
+            entry.entry_id,
+            int(entry.stored_at * 1000),
+        ]
         fields = encode_fields(entry, self._config.compress_min_bytes)
         self.body_bytes += len(entry.body)
         self.stored_body_bytes += len(fields[BODY])

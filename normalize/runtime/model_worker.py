@@ -12,11 +12,13 @@ until the pool closes the pipe.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,6 +67,7 @@ def run_worker(
     """A worker's start function: lower its priority, set its environment, load its model,
     then answer batches until the pipe closes."""
     _lower_priority()
+    _name_process(multiprocessing.current_process().name)
     # This process's own environment, set by its own start function: the parent's is untouched.
     os.environ.update(environment)
     dim, run_batch = _load_analysis(config) if kind == ANALYZE else _load_embedding(config, kind)
@@ -82,6 +85,16 @@ def run_worker(
             conn.send((batch_id, results))
         except OSError:  # the pool closed the pipe while this batch ran: nobody is waiting
             return
+
+
+def _name_process(name: str) -> None:
+    """Show the worker's role where ps, top and psutil look (its command line is spawn's and
+    says nothing): the kernel's name of the process, 15 bytes at most. Only Linux has the file;
+    elsewhere, or where /proc is read-only, the worker keeps the name it was started with."""
+    comm = Path("/proc/self/comm")
+    if comm.exists():
+        with contextlib.suppress(OSError):
+            comm.write_text(name[:15])
 
 
 def _lower_priority() -> None:

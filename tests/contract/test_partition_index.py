@@ -18,7 +18,7 @@ import pytest
 
 from tiers.base import PartitionIndex
 from tiers.semantic import vector_index
-from tiers.semantic.vector_index import VectorIndex, best_of
+from tiers.semantic.vector_index import GraphShape, VectorIndex, best_of
 
 DIM = 8
 M = 16
@@ -55,7 +55,7 @@ def index(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> In
         monkeypatch.setattr(vector_index, "PART_VECTORS", 2)
     # flat_max 0: the first vector already asks for the graph, so every later add goes into it.
     flat_max = 0 if request.param == "hnsw" else 1_000
-    return VectorIndex(DIM, flat_max=flat_max, hnsw_m=M, ef_search=EF_SEARCH)
+    return VectorIndex(DIM, flat_max=flat_max, graph=GraphShape(M, 40, EF_SEARCH))
 
 
 def add(index: Index, vector_id: int, vector: np.ndarray) -> None:
@@ -179,7 +179,7 @@ def test_a_rebuild_keeps_every_vector_held_and_drops_removed_ones(index: Index) 
 
 
 def test_past_flat_max_it_becomes_a_graph_that_finds_every_vector() -> None:
-    index: Index = VectorIndex(DIM, flat_max=4, hnsw_m=M, ef_search=EF_SEARCH)
+    index: Index = VectorIndex(DIM, flat_max=4, graph=GraphShape(M, 40, EF_SEARCH))
     axes = [unit(*([0.0] * axis + [1.0])) for axis in range(DIM)]  # one-hot: cosines 1 or 0
     for vector_id in range(4):
         index.add(vector_id, axes[vector_id])

@@ -157,12 +157,56 @@ async def test_a_partition_hash_lists_its_live_entries_for_a_load(
     await tier.delete(f"{TAG}-deleted")
     key = f"deja:v1:{{{TAG}}}:p"
     fields = {k.decode() for k in server.raw.hkeys(key)}
-    assert fields == {f"{TAG}-kept", f"{TAG}-expired", "~max"}
+    assert fields == {f"{TAG}-kept", f"{TAG}-expired", "~max", "~cur"}
     # The hash lives as long as its longest-lived entry.
     assert 299_000 < server.raw.pttl(key) <= 300_000
     loaded = [e.entry_id async for e in tier.partition_entries(TAG, now + 2.0)]
     assert loaded == [f"{TAG}-kept"]  # the expired one is skipped without being read
     # ... and pruned: the hash would otherwise keep every id its partition ever had.
-    assert {k.decode() for k in server.raw.hkeys(key)} == {f"{TAG}-kept", "~max"}
+    assert {k.decode() for k in server.raw.hkeys(key)} == {f"{TAG}-kept", "~max", "~cur"}
     other = "f" * 16
     assert [e async for e in tier.partition_entries(other, now)] == []
+
+
+async def test_stores_prune_the_ids_that_expired_from_their_partitions_hash(
+    tier: RedisTier, server: Server
+) -> None:
+    """A partition that keeps being stored to never expires as a whole, and no replica may
+    ever load it again: its own stores drop the ids whose entries expired, a few fields each
+    (tiers/redis_tier.py), or its hash would keep every id it ever had."""
+    now = time.time()
+    await tier.put(make_entry("anchor", stored_at=now, ttl_s=300.0, grace_s=0.0))
+    # Entries that expired long ago (Redis drops their records at once); their ids stay in the
+    # hash, which lives on with the anchor. More than a small hash holds, so that each store
+    # visits only some of them.
+    for n in range(300):
+        await tier.put(make_entry(f"old{n}", stored_at=now - 100.0, ttl_s=1.0, grace_s=0.0))
+    key = f"deja:v1:{{{TAG}}}:p"
+    assert len(server.raw.hkeys(key)) >= 300
+    live = {f"{TAG}-anchor"}
+    # A pass over the hash visits every field, about ten a store: two passes at most.
+    for n in range(250):
+        await tier.put(make_entry(f"new{n}", stored_at=now, ttl_s=300.0, grace_s=0.0))
+        live.add(f"{TAG}-new{n}")
+    fields = {k.decode() for k in server.raw.hkeys(key)}
+    assert fields == live | {"~max", "~cur"}
+    assert 299_000 < server.raw.pttl(key) <= 300_000
+
+
+async def test_an_entry_stored_past_its_expiry_leaves_no_hash_behind(
+    tier: RedisTier, server: Server
+) -> None:
+    other = "e" * 16
+    entry = make_entry(
+        "late",
+        entry_id=f"{other}-late",
+        partition=other + "0" * 48,
+        exact_key=f"{other}xlate",
+        lemma_key=None,
+        stored_at=time.time() - 100.0,
+        ttl_s=1.0,
+        grace_s=0.0,
+    )
+    await tier.put(entry)
+    assert server.raw.exists(f"deja:v1:{{{other}}}:p") == 0
+    assert await tier.get(entry.exact_key) is None

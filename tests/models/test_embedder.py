@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,6 +97,18 @@ async def test_encoding_runs_off_the_event_loop(workers: WorkerPool) -> None:
     assert workers.hello.process_name.startswith("deja-embed")
     assert workers.hello.pid != os.getpid()
     assert ticks > 0  # the loop kept turning while the model worked
+
+
+async def test_a_worker_names_its_role_where_ps_looks(workers: WorkerPool) -> None:
+    """Its command line is multiprocessing's; its kernel name says what it is (ps, top, and
+    the soak's per-process RSS read it)."""
+    assert workers.hello is not None
+    comm = Path(f"/proc/{workers.hello.pid}/comm")
+    if not await asyncio.to_thread(comm.exists):
+        pytest.skip("no /proc here")
+    name = (await asyncio.to_thread(comm.read_text)).strip()
+    assert name == workers.hello.process_name[:15]
+    assert name.startswith("deja-embed-")  # deja-<kind>-<number>
 
 
 @on_module_loop

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tiers.semantic.faiss_thread import FaissThread
-from tiers.semantic.vector_index import VectorIndex
+from tiers.semantic.vector_index import GraphShape, VectorIndex
 
 
 def settings() -> tuple[int, int, int, str]:
@@ -62,7 +62,7 @@ def test_a_search_in_the_thread_finds_what_a_search_on_the_loop_finds() -> None:
     rng = np.random.default_rng(7)
     vectors = rng.standard_normal((2000, 16)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    index = VectorIndex(16, flat_max=10_000, hnsw_m=16, ef_search=32)
+    index = VectorIndex(16, flat_max=10_000, graph=GraphShape(16, 40, 32))
     for vector_id, vector in enumerate(vectors, 1):
         index.add(vector_id, vector)
 

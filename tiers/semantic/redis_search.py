@@ -54,8 +54,6 @@ from tiers.semantic.protocol import NearestNotes, RescoreVector, SemanticCandida
 
 _DISTANCE = "d"
 _RETURNED = (_DISTANCE, META, ANALYSIS, ANSWER_VECTOR, RESCORE_VECTOR)
-# HNSW build parameter (RediSearch's default); M and efSearch are the FAISS tier's settings.
-_EF_CONSTRUCTION = 200
 # The answer vectors of the latest candidates, kept for the judge and for `answer_vector`: the
 # verifier and the learning from misses ask for a candidate's right after its search (once the
 # fresh answer is in, seconds later). 4,096 of them: 6 MB with MiniLM, against every vector
@@ -99,7 +97,7 @@ def index_definition(prefix: str, dim: int, config: SemanticConfig) -> list[Any]
         "M",
         config.hnsw_m,
         "EF_CONSTRUCTION",
-        _EF_CONSTRUCTION,
+        config.hnsw_ef_construction,
         "EF_RUNTIME",
         config.hnsw_ef_search,
     ]

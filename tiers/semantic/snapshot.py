@@ -41,7 +41,7 @@ import numpy as np
 from core.errors import SnapshotUnreadable
 from core.semantic_config import SemanticConfig
 from tiers.semantic.indexed import Indexed
-from tiers.semantic.vector_index import VectorIndex
+from tiers.semantic.vector_index import GraphShape, VectorIndex
 from tiers.semantic.vector_rows import NO_ROW, VectorRows
 
 FORMAT_VERSION = 3
@@ -223,7 +223,7 @@ class SnapshotStore:
             part.construct_rev_map()
         cfg = self._config
         index = VectorIndex.restore(
-            image.dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search, list(image.parts)
+            image.dim, cfg.flat_max_entries, GraphShape.of(cfg), list(image.parts)
         )
         if not len(old):
             answers, _ = _rows(image.answers, [])

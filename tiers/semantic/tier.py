@@ -48,7 +48,7 @@ from tiers.semantic.indexed import Indexed, entry_bytes
 from tiers.semantic.judge import CandidateJudge, Neighbours
 from tiers.semantic.protocol import NearestNotes, RescoreVector, SemanticCandidate
 from tiers.semantic.snapshot import IndexImage, Restored
-from tiers.semantic.vector_index import VectorIndex, best_of
+from tiers.semantic.vector_index import GraphShape, VectorIndex, best_of
 
 _log = logging.getLogger("deja.semantic")
 
@@ -259,7 +259,7 @@ class SemanticTier:
 
     def _new_index(self, dim: int) -> VectorIndex:
         cfg = self._config
-        return VectorIndex(dim, cfg.flat_max_entries, cfg.hnsw_m, cfg.hnsw_ef_search)
+        return VectorIndex(dim, cfg.flat_max_entries, GraphShape.of(cfg))
 
     async def _evict_past_cap(self) -> None:
         while len(self._held.entries) > self._config.max_entries:

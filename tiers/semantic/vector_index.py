@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from core.semantic_config import SemanticConfig
+
 Vector = np.ndarray
 Found = list[tuple[int, float]]
 
@@ -37,6 +39,20 @@ COPY_VECTORS = 4096
 
 
 @dataclass(frozen=True, slots=True)
+class GraphShape:
+    """How a partition's HNSW graph is built and searched (`semantic.hnsw_*`; the recall they
+    give at 1M entries is measured by bench/hnsw_tuning.py)."""
+
+    m: int  # links per node
+    ef_construction: int  # candidates kept while a node is linked: the graph's quality
+    ef_search: int  # candidates kept while searching: recall against search time
+
+    @classmethod
+    def of(cls, config: SemanticConfig) -> GraphShape:
+        return cls(config.hnsw_m, config.hnsw_ef_construction, config.hnsw_ef_search)
+
+
+@dataclass(frozen=True, slots=True)
 class Copied:
     """The live vectors of an index as a rebuild read them: ids[i]'s vector is vectors[i]."""
 
@@ -45,11 +61,10 @@ class Copied:
 
 
 class VectorIndex:
-    def __init__(self, dim: int, flat_max: int, hnsw_m: int, ef_search: int) -> None:
+    def __init__(self, dim: int, flat_max: int, graph: GraphShape) -> None:
         self._dim = dim
         self._flat_max = flat_max
-        self._hnsw_m = hnsw_m
-        self._ef_search = ef_search
+        self._shape = graph
         self._lock = threading.Lock()
         self._tombstones: set[int] = set()
         self._hnsw = False
@@ -70,8 +85,9 @@ class VectorIndex:
         return faiss.IndexIDMap2(faiss.IndexFlatIP(self._dim))
 
     def _graph(self) -> faiss.Index:
-        graph = faiss.IndexHNSWFlat(self._dim, self._hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        graph.hnsw.efSearch = self._ef_search
+        graph = faiss.IndexHNSWFlat(self._dim, self._shape.m, faiss.METRIC_INNER_PRODUCT)
+        graph.hnsw.efConstruction = self._shape.ef_construction
+        graph.hnsw.efSearch = self._shape.ef_search
         return faiss.IndexIDMap2(graph)
 
     def _part_with_room(self) -> faiss.Index:
@@ -231,16 +247,18 @@ class VectorIndex:
 
     @classmethod
     def restore(
-        cls, dim: int, flat_max: int, hnsw_m: int, ef_search: int, parts: list[faiss.IndexIDMap2]
+        cls, dim: int, flat_max: int, graph: GraphShape, parts: list[faiss.IndexIDMap2]
     ) -> VectorIndex:
         """An index over deserialized parts (`IndexIDMap2`s, their ids final), built from
         nothing: restoring a 100,000-vector HNSW graph this way takes a fraction of a second,
-        building it took minutes."""
-        index = cls(dim, flat_max, hnsw_m, ef_search)
+        building it took minutes. A restored graph keeps its links; it is searched, and grows,
+        with the settings of now."""
+        index = cls(dim, flat_max, graph)
         for part in parts:
             inner = faiss.downcast_index(part.index)
             if isinstance(inner, faiss.IndexHNSW):
-                inner.hnsw.efSearch = ef_search
+                inner.hnsw.efConstruction = graph.ef_construction
+                inner.hnsw.efSearch = graph.ef_search
                 index._hnsw = True
             index._part_of.update(dict.fromkeys(faiss.vector_to_array(part.id_map).tolist(), part))
         index._parts = list(parts)
