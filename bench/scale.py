@@ -29,7 +29,7 @@ entry, at `--redis-entries`; and the extension's effect on HNSW recall: one grap
 real vectors, mixtures, and random unit vectors, of the same size.
 
     python -m bench.scale [--sizes 10000,100000] [--spread 1000] [--layouts one,spread]
-                          [--queries 500]
+                          [--queries 500] [--rebuild]
 
 Prints tables and writes bench/results/scale.json. A size not run (1M: the HNSW build alone
 takes about 14 minutes here) is extrapolated from the largest run, labelled as such.
@@ -50,6 +50,7 @@ import numpy as np
 
 from bench.harness import print_table, write_json
 from bench.scale_data import CACHE, DATA, extend, held_out, real_vectors, unit_random
+from bench.scale_rebuild import searches_during_rebuild
 from bench.scale_redis import store_throughput
 from bench.scale_tier import (
     ANALYSIS,
@@ -95,7 +96,12 @@ def exact_nearest(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
 
 
 async def measure(
-    config: SemanticConfig, layout: Layout, vectors: np.ndarray, queries: np.ndarray, url: str
+    config: SemanticConfig,
+    layout: Layout,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    url: str,
+    rebuild: bool = False,
 ) -> dict[str, Any]:
     before = rss_bytes()
     tier = new_tier(config)
@@ -129,6 +135,11 @@ async def measure(
         lookups = await lookup_times(tier, layout, vectors, queries, nearest, found, url)
         restart = await restart_time(config, tier, layout, vectors)
         graph = any(index_of(tier, layout.partition(int(n))).is_hnsw for n in nearest[:1])
+        during_rebuild = (
+            await searches_during_rebuild(tier, layout, vectors, queries)
+            if rebuild and graph and layout.partitions == 1
+            else None
+        )
     finally:
         full_collections = gc.get_stats()[2]["collections"] - full_collections
         gc.unfreeze()
@@ -147,6 +158,7 @@ async def measure(
         "estimated_bytes_per_entry": tier.entry_bytes(),
         "restart": restart,
         "full_collections": full_collections,
+        "during_rebuild": during_rebuild,
     }
 
 
@@ -232,14 +244,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     pool = np.delete(real, asked, axis=0)
     sizes = [int(s) for s in args.sizes.split(",")]
     vectors = extend(pool, max([*sizes, args.redis_entries, args.recall_entries]), rng)
-    config = SemanticConfig(max_entries=10_000_000)
+    config = SemanticConfig(max_entries=10_000_000, flat_max_entries=args.flat_max)
     out: dict[str, Any] = {"args": vars(args), "real_vectors": len(pool), "runs": []}
     with RedisServer() as redis:
         for size in sizes:
             for partitions in [{"one": 1, "spread": args.spread}[n] for n in args.layouts]:
                 layout = Layout(size, min(partitions, size))
                 print(f"{size:,} entries over {layout.partitions:,} partitions ...", flush=True)
-                result = await measure(config, layout, vectors[:size], queries, redis.url)
+                result = await measure(
+                    config, layout, vectors[:size], queries, redis.url, args.rebuild
+                )
                 out["runs"].append(result)
         out["redis"] = await store_throughput(
             redis.url, Layout(args.redis_entries, args.spread), vectors
@@ -348,6 +362,35 @@ def report(out: dict[str, Any]) -> None:
         ["real", "mixtures", "random"],
         [[ext["real"], ext["mixtures"], ext["random"]]],
     )
+    rebuilt = [r for r in out["runs"] if r.get("during_rebuild")]
+    if rebuilt:
+        print_table(
+            "Searches while a one-partition graph is rebuilt (a quarter of it removed),"
+            " against the settled graph just before",
+            [
+                "entries",
+                "rebuild s",
+                "searches",
+                "settled p50 / p99 ms",
+                "during p50 / p99 / max ms",
+                "stored meanwhile, found after",
+                "removed found after",
+            ],
+            [
+                [
+                    f"{r['entries']:,}",
+                    d["rebuild_s"],
+                    d["searches_during"],
+                    f"{d['settled']['p50_ms']:.2f} / {d['settled']['p99_ms']:.2f}",
+                    f"{d['during']['p50_ms']:.2f} / {d['during']['p99_ms']:.2f}"
+                    f" / {d['during']['max_ms']:.1f}",
+                    f"{d['stored_during']} / {d['stored_during_found_after']}",
+                    d["removed_found_after"],
+                ]
+                for r in rebuilt
+                for d in [r["during_rebuild"]]
+            ],
+        )
     big = out.get("extrapolated_1m")
     if big is None:
         return
@@ -385,6 +428,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="one (every entry in one partition), spread (over --spread partitions), or both",
     )
     parser.add_argument("--queries", type=int, default=500, help="held-out real questions")
+    parser.add_argument(
+        "--flat-max",
+        type=int,
+        default=SemanticConfig().flat_max_entries,
+        help="semantic.flat_max_entries: a partition past it is an HNSW graph",
+    )
+    parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="then rebuild each one-partition graph and search it meanwhile (bench/scale_rebuild)",
+    )
     parser.add_argument("--real", type=int, default=19_500, help="real vectors to index")
     parser.add_argument("--redis-entries", type=int, default=20_000)
     parser.add_argument("--recall-entries", type=int, default=10_000)

@@ -71,6 +71,8 @@ def _role(process: psutil.Process) -> str:
     with contextlib.suppress(psutil.Error):
         if process.name().startswith("deja-"):
             return process.name()
+        if any("resource_tracker" in word for word in process.cmdline()):
+            return "multiprocessing resource tracker"
         words = [w for w in process.cmdline() if not w.startswith("-")]
         if words:
             return words[-1].rsplit("/", 1)[-1][:40]
@@ -78,13 +80,19 @@ def _role(process: psutil.Process) -> str:
 
 
 class Fleet:
-    def __init__(self, backend: str, proxies: int = 3) -> None:
+    def __init__(
+        self, backend: str, proxies: int = 3, lifetime_s: tuple[float, float] | None = None
+    ) -> None:
+        """`lifetime_s`: the entries' (TTL, stale grace), else the config's defaults."""
         assert backend in ("single", "cluster"), backend
         self.backend = backend
         self.redis: RedisServer | RedisClusterNodes = (
             RedisClusterNodes() if backend == "cluster" else RedisServer()
         )
         self.env = {**ENV, "DEJA_REDIS__CLUSTER": str(backend == "cluster").lower()}
+        if lifetime_s is not None:
+            self.env["DEJA_TTL__BASE_TTL_S"] = str(lifetime_s[0])
+            self.env["DEJA_DEGRADE__STALE_GRACE_S"] = str(lifetime_s[1])
         self.stub: ServerProcess | None = None
         self.slots: list[Slot] = []
         self._proxies = proxies

@@ -71,3 +71,35 @@ def test_the_scale_bench_runs_and_reports_every_measure(tmp_path: Path) -> None:
     assert out["redis"]["per_s"] > 0
     assert set(out["extension_recall"]) == {"entries", "real", "mixtures", "random"}
     assert out["extrapolated_1m"]["restart_factor"] == 1_000_000 / 200
+
+
+def test_a_graph_rebuilt_under_searches_keeps_what_was_stored_and_drops_what_was_removed(
+    tmp_path: Path,
+) -> None:
+    """`--rebuild`: a quarter of a one-partition graph removed, the graph rebuilt while it is
+    searched and stored to (bench/scale_rebuild.py); at 1M this is where a pause would show."""
+    write_data(tmp_path / "data")
+    write_vectors(tmp_path / "cache")
+    out = scale.main(
+        [
+            "--sizes=400",
+            "--layouts=one",
+            "--flat-max=100",
+            "--rebuild",
+            "--queries=20",
+            "--real=280",
+            "--redis-entries=50",
+            "--recall-entries=100",
+            f"--cache={tmp_path / 'cache'}",
+            f"--data={tmp_path / 'data'}",
+            "--json=scale-test",
+        ]
+    )
+    (run,) = out["runs"]
+    assert run["index"] == "hnsw"
+    rebuilt = run["during_rebuild"]
+    assert rebuilt["removed"] == 400 // 4 + 32 and rebuilt["graph_after"]
+    assert rebuilt["entries_after"] == 400 - rebuilt["removed"] + rebuilt["stored_during"]
+    assert rebuilt["stored_during_found_after"] == rebuilt["stored_during"]
+    assert rebuilt["removed_found_after"] == 0
+    assert rebuilt["settled"]["p50_ms"] > 0

@@ -36,6 +36,6 @@ def test_a_fleet_stays_flat_and_consistent_under_steady_load(backend: str) -> No
     assert not probes["errors"] and probes["max_seen_s"] <= SEEN_S, probes
     for partitions in result["partitions"]:
         assert partitions["asked"] > 0 and not partitions["not_held"], partitions
-        assert partitions["index_entries"] == partitions["redis_entries"], partitions
+        assert partitions["agrees"], partitions  # within Redis's count at its sweep
     assert result["restart"], "no proxy was restarted"
     assert result["passed"], result["criteria"]

@@ -115,14 +115,16 @@ def test_a_rebuild_keeps_what_changed_while_it_built_and_reads_vectors_back_from
 ) -> None:
     # The graph is read back 64 vectors per hold of the lock here (4,096 shipped): in pieces.
     monkeypatch.setattr(vector_index, "COPY_VECTORS", 64)
-    # The rebuild's three steps run one by one here, with adds and removes between the copy of
-    # the vectors and the swap, as the event loop makes them while the worker thread builds.
+    # The rebuild's steps run one by one here, with adds and removes between them, as the event
+    # loop makes them while the worker thread builds: during the copy and the build (applied by
+    # a catch-up round, without the lock), and after it (applied by the swap).
     # efSearch past the vector count: the graph's searches score every vector they reach, so
     # they answer exactly and the results can be compared with an exhaustive search.
     index = VectorIndex(DIM, flat_max=200, graph=GraphShape(16, 40, 512))
-    vectors = dict(enumerate(unit_vectors(400, seed=9), 1))
+    vectors = dict(enumerate(unit_vectors(420, seed=9), 1))
     for vector_id in range(1, 301):
         index.add(vector_id, vectors[vector_id])
+    index._changes = []  # as rebuild() begins: changes are logged from here on
     copied = index._copy_live()
     assert sorted(copied.ids.tolist()) == list(range(1, 301))
     for vector_id in range(301, 401):  # added meanwhile: into the old flat parts
@@ -130,20 +132,32 @@ def test_a_rebuild_keeps_what_changed_while_it_built_and_reads_vectors_back_from
     for vector_id in range(1, 51):  # removed meanwhile
         assert index.remove(vector_id)
     parts, part_of = index._build(copied, hnsw=True)
-    index._swap(parts, part_of, hnsw=True)
-    live = {i: v for i, v in vectors.items() if i > 50}
-    assert index.is_hnsw and len(index) == len(live) == 350
+    tombstones: set[int] = set()
+    with index._lock:
+        changes = index._take_changes()
+    assert len(changes) == 150
+    index._apply(changes, parts, part_of, tombstones, hnsw=True)
+    for vector_id in range(401, 421):  # after the catch-up round: for the swap
+        index.add(vector_id, vectors[vector_id])
+    for vector_id in (51, 52, 401):  # 401 added and removed before the swap
+        assert index.remove(vector_id)
+    index._swap(parts, part_of, tombstones, hnsw=True)
+    index._changes = None
+    live = {i: v for i, v in vectors.items() if i > 52 and i != 401}
+    assert index.is_hnsw and len(index) == len(live) == 367
+    assert index.vector(401) is None and 401 not in [i for i, _ in index.search(vectors[401], 4)]
     # Then one more rebuild, from the graph's own storage, past a quarter of tombstones.
-    for vector_id in range(51, 151):
+    for vector_id in range(53, 153):
         assert index.remove(vector_id)
         del live[vector_id]
     assert index.wants_rebuild()
     index.rebuild()
-    assert index.is_hnsw and len(index) == len(live) == 250 and not index.wants_rebuild()
+    assert index.is_hnsw and len(index) == len(live) == 267 and not index.wants_rebuild()
+    assert index._changes is None
     for vector_id, vector in live.items():
         held = index.vector(vector_id)
         assert held is not None and np.array_equal(held, vector)
         assert index.search(vector, 1)[0][0] == vector_id
-    assert all(index.vector(vector_id) is None for vector_id in range(1, 151))
+    assert all(index.vector(vector_id) is None for vector_id in range(1, 153))
     for query in unit_vectors(20, seed=10):
         assert [i for i, _ in index.search(query, 4)] == brute_force(live, query, 4)
