@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.scale_tier import ANALYSIS, Layout, entry, index_of, number_of, percentiles
+from bench.scale_tier import ANALYSIS, Layout, entry, index_of, nearest_number, percentiles
 from tiers.semantic.tier import SemanticTier
 
 
@@ -70,16 +70,13 @@ async def searches_during_rebuild(
         await asyncio.sleep(pace_s)
     rebuild_s = time.perf_counter() - began
     index = index_of(tier, partition)
-    found_removed = 0
-    for n in doomed[len(added) : len(added) + 200]:
-        top = index.search(vectors[n], 1)
-        item = tier._held.record((partition, "en"), top[0][0]) if top else None
-        found_removed += item is not None and number_of(item.entry_id) == n
-    found_added = 0
-    for number in added:
-        top = index.search(vectors[number], 1)
-        item = tier._held.record((partition, "en"), top[0][0]) if top else None
-        found_added += item is not None and number_of(item.entry_id) == number + layout.entries
+    found_removed = sum(
+        nearest_number(tier, partition, vectors[n]) == n
+        for n in doomed[len(added) : len(added) + 200]
+    )
+    found_added = sum(
+        nearest_number(tier, partition, vectors[n]) == n + layout.entries for n in added
+    )
     return {
         "removed": len(doomed),
         "removed_s": removed_s,

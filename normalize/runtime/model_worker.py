@@ -91,10 +91,8 @@ def _name_process(name: str) -> None:
     """Show the worker's role where ps, top and psutil look (its command line is spawn's and
     says nothing): the kernel's name of the process, 15 bytes at most. Only Linux has the file;
     elsewhere, or where /proc is read-only, the worker keeps the name it was started with."""
-    comm = Path("/proc/self/comm")
-    if comm.exists():
-        with contextlib.suppress(OSError):
-            comm.write_text(name[:15])
+    with contextlib.suppress(OSError):
+        Path("/proc/self/comm").write_text(name[:15])
 
 
 def _lower_priority() -> None:

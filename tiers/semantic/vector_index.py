@@ -109,24 +109,45 @@ class VectorIndex:
         parts.append(part)
         return part
 
-    def add(self, vector_id: int, vector: Vector) -> None:
+    def _place(
+        self,
+        parts: list[faiss.Index],
+        part_of: dict[int, faiss.Index],
+        hnsw: bool,
+        vector_id: int,
+        vector: Vector,
+    ) -> None:
+        """Add a vector to a set of parts (this index's, or a rebuild's new ones)."""
         row = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, self._dim)
+        part = self._part_with_room(parts, hnsw)
+        part.add_with_ids(row, np.array([vector_id], dtype=np.int64))
+        part_of[vector_id] = part
+
+    @staticmethod
+    def _unplace(
+        part_of: dict[int, faiss.Index], tombstones: set[int], hnsw: bool, vector_id: int
+    ) -> bool:
+        """Remove a vector from a set of parts: for real from a flat part, as a tombstone from
+        the graph; False when the parts do not hold it."""
+        part = part_of.pop(vector_id, None)
+        if part is None:
+            return False
+        if hnsw:
+            tombstones.add(vector_id)
+        else:
+            part.remove_ids(faiss.IDSelectorBatch(np.array([vector_id], dtype=np.int64)))
+        return True
+
+    def add(self, vector_id: int, vector: Vector) -> None:
         with self._lock:
-            part = self._part_with_room(self._parts, self._hnsw)
-            part.add_with_ids(row, np.array([vector_id], dtype=np.int64))
-            self._part_of[vector_id] = part
+            self._place(self._parts, self._part_of, self._hnsw, vector_id, vector)
             if self._changes is not None:
                 self._changes.append((vector_id, True))
 
     def remove(self, vector_id: int) -> bool:
         with self._lock:
-            part = self._part_of.pop(vector_id, None)
-            if part is None:
+            if not self._unplace(self._part_of, self._tombstones, self._hnsw, vector_id):
                 return False
-            if self._hnsw:
-                self._tombstones.add(vector_id)
-            else:
-                part.remove_ids(faiss.IDSelectorBatch(np.array([vector_id], dtype=np.int64)))
             if self._changes is not None:
                 self._changes.append((vector_id, False))
             return True
@@ -225,22 +246,10 @@ class VectorIndex:
         while its vectors were being copied may have been copied as well: it is not added
         twice. A removal of an id the copy never saw finds nothing to remove."""
         for vector_id, vector in changes:
-            if vector is not None:
-                if vector_id in part_of:
-                    continue
-                part = self._part_with_room(parts, hnsw)
-                part.add_with_ids(
-                    vector.reshape(1, self._dim), np.array([vector_id], dtype=np.int64)
-                )
-                part_of[vector_id] = part
-                continue
-            if vector_id not in part_of:
-                continue
-            part = part_of.pop(vector_id)
-            if hnsw:
-                tombstones.add(vector_id)
-            else:
-                part.remove_ids(faiss.IDSelectorBatch(np.array([vector_id], dtype=np.int64)))
+            if vector is None:
+                self._unplace(part_of, tombstones, hnsw, vector_id)
+            elif vector_id not in part_of:
+                self._place(parts, part_of, hnsw, vector_id, vector)
 
     def _copy_live(self) -> Copied:
         """The live vectors, read from FAISS's storage. A flat part (at most PART_VECTORS) is
