@@ -62,7 +62,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     vectors = extend(pool, max(sizes) + STORES_WITH_INDEX, rng)
     config = SemanticConfig(max_entries=10_000_000)
     out: dict[str, Any] = {"args": vars(args), "real_vectors": len(pool), "runs": []}
-    with redis_stack_server(stack, start_timeout_s=600) as server:
+    # A restart re-indexes every record before Redis answers: minutes at 100,000 entries, tens
+    # of minutes at 1M; the ceiling only has to catch a server that never comes back.
+    with redis_stack_server(stack, start_timeout_s=7_200) as server:
         for size in sizes:
             nearest = scale.exact_nearest(vectors[:size], queries)
             for partitions in (1, args.spread) if args.spread > 1 else (1,):

@@ -78,10 +78,14 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
+                    answer = s.recv(16)
             except OSError:
-                time.sleep(0.02)
+                answer = b""  # not listening yet
+            if answer.startswith(b"+PONG"):
+                return
+            # Paced also while it answers -LOADING: a start can load for minutes, and a poll
+            # without a pause would take a core from the load it waits for.
+            time.sleep(0.02)
         raise RuntimeError(f"redis-server did not start on port {self.port}")
 
     @property
