@@ -71,6 +71,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 layout = Layout(size, min(partitions, size))
                 print(f"{size:,} entries over {layout.partitions:,} partitions ...", flush=True)
                 faiss = await scale.measure(config, layout, vectors[:size], queries, server.url)
+                # Kept at once: Redis's half of a 1M run takes as long again.
+                write_json(f"{args.json}-faiss", {"args": vars(args), "faiss": faiss})
                 async with SearchBench(server, config) as bench:
                     found = await measure_redis(bench, layout, vectors, queries, nearest)
                 out["runs"].append({"faiss": faiss, "redis": found})

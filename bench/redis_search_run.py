@@ -71,7 +71,8 @@ class SearchBench:
             self.connection, self.redis, config, judge, thresholds, clock, recorder
         )
         self.service = CacheService([self.store], clock, recorder, self.index)
-        self.client = redis.Redis.from_url(self.server.url)
+        # No read timeout: a SAVE of a million records takes longer than any default.
+        self.client = redis.Redis.from_url(self.server.url, socket_timeout=None)
 
     async def __aenter__(self) -> SearchBench:
         await self.connection.start()

@@ -22,7 +22,9 @@ Per size and layout:
   384 × 4 bytes; the tier's own estimate (`SemanticTier.entry_bytes`) next to it;
 - restart: a snapshot of a partition written, then read, restored and installed into a fresh
   tier until a sampled entry hits (bench.restart measures the whole replica path, stream replay
-  included, the same way; this is its snapshot part with real vectors).
+  included, the same way; this is its snapshot part with real vectors); then the first
+  `STORES_AFTER_RESTART` stores into the restored partition, each timed (a store adds to the
+  index on the event loop: the first add to a restored graph used to move all its arrays);
 
 Then Redis (bench/scale_redis.py): store throughput through `CacheService.store` and bytes per
 entry, at `--redis-entries`; and the extension's effect on HNSW recall: one graph each over
@@ -80,6 +82,8 @@ from tiers.semantic.vector_index import GraphShape, VectorIndex
 from tiers.service import CacheService
 
 VECTOR_BYTES = DIM * 4
+# Stores timed after a partition is restored from its snapshot.
+STORES_AFTER_RESTART = 20
 
 
 def exact_nearest(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -214,6 +218,12 @@ async def restart_time(
             probe = vectors[layout.partitions * 7 % layout.entries]
             assert await fresh.search(layout.partition(0), probe, ANALYSIS), "no hit restored"
             ready_s = time.perf_counter() - began
+            stores_s = []
+            for i in range(STORES_AFTER_RESTART):  # new entries, into partition 0 (tag(n) 0)
+                n = layout.entries + i * layout.partitions
+                began = time.perf_counter()
+                await fresh.add(entry(layout, n, vectors[i], vectors[i]))
+                stores_s.append(time.perf_counter() - began)
         finally:
             await fresh.close()
     return {
@@ -221,6 +231,8 @@ async def restart_time(
         "snapshot_write_s": write_s,
         "snapshot_bytes": written.size_bytes,
         "ready_s": ready_s,
+        "first_store_ms": stores_s[0] * 1e3,
+        "stores_after_max_ms": max(stores_s[1:]) * 1e3,
     }
 
 
@@ -306,6 +318,7 @@ def report(out: dict[str, Any]) -> None:
             r["estimated_bytes_per_entry"],
             r["build_s"],
             r["restart"]["ready_s"],
+            f"{r['restart']['first_store_ms']:.1f} / {r['restart']['stores_after_max_ms']:.1f}",
             r["full_collections"],
         ]
         for r in out["runs"]
@@ -328,6 +341,7 @@ def report(out: dict[str, Any]) -> None:
             "estimate B",
             "build s",
             "restart s",
+            "1st store / next max ms",
             "full GCs",
         ],
         rows,

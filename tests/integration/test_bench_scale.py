@@ -67,6 +67,7 @@ def test_the_scale_bench_runs_and_reports_every_measure(tmp_path: Path) -> None:
         assert 0 < run["hit_share"] == run["lookup"]["hit_share"]
         assert run["search"]["p99_ms"] >= run["search"]["p50_ms"] > 0
         assert run["rss_bytes_per_entry"] > 0 and run["restart"]["ready_s"] > 0
+        assert run["restart"]["first_store_ms"] > 0 and run["restart"]["stores_after_max_ms"] > 0
     assert out["redis"]["record_bytes"] > 384 * 4  # the record holds the vector
     assert out["redis"]["per_s"] > 0
     assert set(out["extension_recall"]) == {"entries", "real", "mixtures", "random"}

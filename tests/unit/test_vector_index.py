@@ -94,6 +94,39 @@ def test_the_graph_is_built_and_searched_with_its_shape_and_a_restored_one_with_
     assert (graph.hnsw.efConstruction, graph.hnsw.efSearch) == (90, 130)
 
 
+def array_addresses(part: faiss.IndexIDMap2) -> list[int]:
+    graph = faiss.downcast_index(part.index)
+    storage = faiss.downcast_index(graph.storage)
+    arrays = (storage.codes, graph.hnsw.neighbors, graph.hnsw.levels, graph.hnsw.offsets)
+    return [int(array.data()) for array in (*arrays, part.id_map)]
+
+
+def test_a_built_or_restored_graph_grows_by_half_without_moving_then_asks_for_a_rebuild() -> None:
+    """A graph's arrays sized exactly by its build or its snapshot moved at the first add,
+    under the lock and on the event loop (1.1 s at 200,000 vectors: no lookup answered
+    meanwhile); they are given room beforehand, in the thread that builds or restores."""
+    index = VectorIndex(DIM, flat_max=100, graph=GraphShape(8, 40, 64))
+    vectors = dict(enumerate(unit_vectors(2000, seed=11), 1))
+    for vector_id in range(1, 1001):
+        index.add(vector_id, vectors[vector_id])
+    index.rebuild()
+    blobs, _ = index.export_parts()
+    parts = [faiss.deserialize_index(blob) for blob in blobs]
+    restored = VectorIndex.restore(DIM, 100, GraphShape(8, 40, 64), parts)
+    for graph in (index, restored):
+        (part,) = graph.parts()
+        before = array_addresses(part)
+        added = 1000
+        while not graph.wants_rebuild():
+            added += 1
+            graph.add(added, vectors[added])
+        assert added == 1000 * vector_index.REGROW_AT
+        assert array_addresses(part) == before
+    index.rebuild()
+    assert not index.wants_rebuild() and len(index) == 1500  # room again, for 750 more
+    assert index.search(vectors[1400], 1)[0][0] == 1400
+
+
 def test_a_rebuild_back_to_flat_splits_into_parts() -> None:
     index = VectorIndex(DIM, flat_max=PART_VECTORS * 2 + 10, graph=GraphShape(16, 40, 64))
     live = dict(enumerate(unit_vectors(PART_VECTORS * 2 + 5, seed=7), 1))
@@ -141,7 +174,7 @@ def test_a_rebuild_keeps_what_changed_while_it_built_and_reads_vectors_back_from
         index.add(vector_id, vectors[vector_id])
     for vector_id in (51, 52, 401):  # 401 added and removed before the swap
         assert index.remove(vector_id)
-    index._swap(parts, part_of, tombstones, hnsw=True)
+    index._swap(parts, part_of, tombstones, hnsw=True, regrow_at=vector_index._make_room(parts[0]))
     index._changes = None
     live = {i: v for i, v in vectors.items() if i > 52 and i != 401}
     assert index.is_hnsw and len(index) == len(live) == 367

@@ -44,6 +44,10 @@ class FaissThread:
         )
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def run(self, call: Callable[..., T], *args: object) -> asyncio.Future[T]:
         """`call(*args)` in the thread; the future completes on the running event loop."""
         return asyncio.get_running_loop().run_in_executor(self._executor, call, *args)

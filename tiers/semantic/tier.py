@@ -325,7 +325,13 @@ class SemanticTier:
 
         def done(f: asyncio.Future[None]) -> None:
             self._rebuilding.discard(key)
-            if not f.cancelled() and f.exception() is not None:
+            if f.cancelled() or self._rebuild_thread.closed:
+                return
+            if f.exception() is not None:
                 _log.error("rebuilding the index %s failed", key, exc_info=f.exception())
+            elif self._held.index(key) is index:
+                # What changed during the rebuild may call for another (removals past a
+                # quarter, or adds past the new graph's room) with nothing stored after it.
+                self._maybe_rebuild(key, index)
 
         future.add_done_callback(done)

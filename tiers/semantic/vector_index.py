@@ -7,7 +7,8 @@ the event loop can let other work run between parts instead of scanning 3,000 ve
 in one step. A new vector goes into the first part with room, so removals leave no holes that
 grow the part count. A flat index removes ids for real; HNSW (one part, the graph) cannot, so
 removed ids become tombstones that searches skip. `wants_rebuild()` says when the index should
-change shape (the flat index outgrew `flat_max`, or tombstones pass a quarter of the graph);
+change shape (the flat index outgrew `flat_max`, tombstones pass a quarter of the graph, or
+the graph grew half again past the room it was given: `_make_room`);
 `rebuild()` then copies the live vectors out of FAISS (which holds the only copy of each) a piece
 at a time, builds the new index without holding the lock (building HNSW costs about a
 millisecond a vector here), and swaps it in with whatever changed meanwhile.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import heapq
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import faiss
 import numpy as np
@@ -42,6 +44,11 @@ SWAP_CHANGES = 8
 # Vectors of the HNSW graph copied out per hold of the lock while a rebuild reads them: 4,096 ×
 # 384 × 4 bytes is 6 MB, about a millisecond, so a search waits at most that long for it.
 COPY_VECTORS = 4096
+
+# A graph is rebuilt once it has grown to this many times the size it was given room at (see
+# `_make_room`: its arrays move at twice that size), leaving the adds made during the rebuild
+# the rest of the room.
+REGROW_AT = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,8 @@ class VectorIndex:
         self._lock = threading.Lock()
         self._tombstones: set[int] = set()
         self._hnsw = False
+        # The graph's size past which it wants a rebuild, before its arrays run out of room.
+        self._regrow_at = 0
         # Replaced whole by a rebuild, never shrunk otherwise: a caller may hold a snapshot.
         self._parts: list[faiss.Index] = []
         # Each live vector's part: the only state per vector outside FAISS, which holds the
@@ -191,7 +200,8 @@ class VectorIndex:
     def wants_rebuild(self) -> bool:
         if not self._hnsw:
             return len(self._part_of) > self._flat_max
-        return len(self._tombstones) > len(self._part_of) // 4 + 16
+        grown = self._parts[0].ntotal >= self._regrow_at
+        return grown or len(self._tombstones) > len(self._part_of) // 4 + 16
 
     def rebuild(self) -> None:
         """Rebuild as flat or HNSW by size (blocking; run it in a worker thread). Searches,
@@ -207,6 +217,7 @@ class VectorIndex:
             hnsw = len(copied.ids) > self._flat_max
             parts, part_of = self._build(copied, hnsw)
             del copied
+            regrow_at = _make_room(parts[0]) if hnsw else 0
             tombstones: set[int] = set()
             for _ in range(CATCH_UP_ROUNDS):
                 with self._lock:
@@ -214,7 +225,7 @@ class VectorIndex:
                 self._apply(changes, parts, part_of, tombstones, hnsw)
                 if len(changes) <= SWAP_CHANGES:
                     break
-            self._swap(parts, part_of, tombstones, hnsw)
+            self._swap(parts, part_of, tombstones, hnsw, regrow_at)
         finally:
             with self._lock:
                 self._changes = None
@@ -302,18 +313,15 @@ class VectorIndex:
         part_of: dict[int, faiss.Index],
         tombstones: set[int],
         hnsw: bool,
+        regrow_at: int,
     ) -> None:
         """Put the new parts in place with the last changes logged. The old parts are released
         after the lock: freeing a graph of a million vectors takes a while too."""
         with self._lock:
             self._apply(self._take_changes(), parts, part_of, tombstones, hnsw)
             retired = self._parts, self._part_of
-            self._parts, self._part_of, self._tombstones, self._hnsw = (
-                parts,
-                part_of,
-                tombstones,
-                hnsw,
-            )
+            self._parts, self._part_of, self._tombstones = parts, part_of, tombstones
+            self._hnsw, self._regrow_at = hnsw, regrow_at
         del retired
 
     def export_parts(self) -> tuple[list[np.ndarray], bool]:
@@ -337,9 +345,48 @@ class VectorIndex:
                 inner.hnsw.efConstruction = graph.ef_construction
                 inner.hnsw.efSearch = graph.ef_search
                 index._hnsw = True
+                index._regrow_at = _make_room(part)
             index._part_of.update(dict.fromkeys(faiss.vector_to_array(part.id_map).tolist(), part))
         index._parts = list(parts)
         return index
+
+
+def _make_room(part: Any) -> int:
+    """Let a graph just built or restored grow by half without moving its arrays; returns the
+    size at which it wants a rebuild (REGROW_AT times its size now).
+
+    FAISS keeps a graph's vectors, links, levels and ids in growable arrays (std::vector),
+    the large ones sized exactly by a build or a read. The first add after that moved them all
+    to a new allocation, under the index's lock and on the event loop: 1.1 s at 200,000
+    vectors here, seconds at a million, during which no lookup of any partition was answered.
+    This makes those moves here, in the worker thread, before anything searches the graph."""
+    # An IndexIDMap2 over an IndexHNSWFlat (FAISS's stubs type them as plain indexes).
+    inner: Any = faiss.downcast_index(part.index)
+    storage: Any = faiss.downcast_index(inner.storage)
+    hnsw = inner.hnsw
+    for array in (storage.codes, hnsw.neighbors, hnsw.levels, hnsw.offsets, part.id_map):
+        if getattr(array, "is_owned", True):  # a view over a mapped file cannot grow at all
+            _move_to_double(array)
+    # At least 16 more: a graph of a few vectors (tests build them) would rebuild at each add.
+    return part.ntotal + max(int(part.ntotal * (REGROW_AT - 1)), 16)
+
+
+def _move_to_double(array: Any) -> None:
+    """Grow a std::vector until it moves, then shrink it back. A vector that outgrows its
+    capacity moves to one of at least twice its size, and shrinking keeps the capacity. The
+    elements grown into are written (zeros), so this commits memory only up to the capacity
+    the vector had already reserved (none for an exactly sized one): the room past it stays
+    untouched pages until adds fill it."""
+    size = array.size()
+    if size == 0:
+        return
+    start, extra = int(array.data()), 1
+    while True:
+        array.resize(size + extra)
+        if int(array.data()) != start:
+            break
+        extra *= 2
+    array.resize(size)
 
 
 def best_of(found: list[Found], k: int) -> Found:
