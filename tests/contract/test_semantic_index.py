@@ -24,13 +24,11 @@ import pytest
 
 from core.clock import ManualClock
 from core.errors import CorruptEntry
-from core.recorder import CacheRecorder
-from core.semantic_config import SemanticConfig, VerifyConfig
-from normalize.meaning.guards import MeaningGuard
+from core.semantic_config import SemanticConfig
 from normalize.meaning.signature import Analysis, MeaningSignature
 from tests.support.entries import TAG, make_entry
+from tests.support.semantic_tier import semantic_tier
 from tiers.base import Entry, Invalidation
-from tiers.policies.thresholds import ThresholdController
 from tiers.semantic.protocol import NullSemanticIndex, SemanticIndex
 from tiers.semantic.tier import SemanticTier
 from tiers.semantic.vector_index import VectorIndex
@@ -94,15 +92,7 @@ def build_tier(variant: str, **overrides: Any) -> SemanticTier:
             **overrides,
         }
     )
-    tier = SemanticTier(
-        config,
-        MeaningGuard(config),
-        ThresholdController(VerifyConfig(), config.threshold),
-        ManualClock(wall_start_s=NOW_S),
-        CacheRecorder(),
-    )
-    tier.set_dimension(DIM)
-    return tier
+    return semantic_tier(config, ManualClock(wall_start_s=NOW_S), DIM)
 
 
 Build = Callable[..., SemanticTier]

@@ -18,14 +18,11 @@ import numpy as np
 import pytest
 
 from core.clock import ManualClock
-from core.recorder import CacheRecorder
-from core.semantic_config import SemanticConfig, VerifyConfig
-from normalize.meaning.guards import MeaningGuard
+from core.semantic_config import SemanticConfig
 from normalize.meaning.signature import Analysis, MeaningSignature
 from tests.support.entries import TAG, make_entry
+from tests.support.semantic_tier import semantic_tier
 from tiers.base import Entry
-from tiers.policies.thresholds import ThresholdController
-from tiers.semantic.tier import SemanticTier
 from tiers.semantic.vector_index import VectorIndex
 
 DIM = 16
@@ -59,14 +56,7 @@ async def test_a_rebuild_that_leaves_another_due_starts_it_without_waiting_for_a
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = SemanticConfig(flat_max_entries=50, hnsw_m=16, hnsw_ef_search=64)
-    tier = SemanticTier(
-        config,
-        MeaningGuard(config),
-        ThresholdController(VerifyConfig(), config.threshold),
-        ManualClock(wall_start_s=NOW_S),
-        CacheRecorder(),
-    )
-    tier.set_dimension(DIM)
+    tier = semantic_tier(config, ManualClock(wall_start_s=NOW_S), DIM)
     held = entries(200)
     try:
         for entry in held:
