@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from core.semantic_config import SemanticConfig
 from normalize.meaning.signature import Analysis, MeaningSignature
 from tests.support.entries import TAG, make_entry
 from tests.support.semantic_tier import semantic_tier
+from tests.support.waiting import wait_until
 from tiers.base import Entry
 from tiers.semantic.vector_index import VectorIndex
 
@@ -43,15 +43,6 @@ def entries(count: int) -> list[Entry]:
     ]
 
 
-async def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    """Polled: the rebuilds run in the tier's worker thread, with no event to wait on."""
-    for _ in range(int(timeout_s / 0.01)):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not within {timeout_s} s")
-
-
 async def test_a_rebuild_that_leaves_another_due_starts_it_without_waiting_for_a_store(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -61,7 +52,9 @@ async def test_a_rebuild_that_leaves_another_due_starts_it_without_waiting_for_a
     try:
         for entry in held:
             await tier.add(entry)
-        await until(lambda: not tier._rebuilding and tier._held.index((PARTITION, "en")).is_hnsw)
+        await wait_until(
+            lambda: not tier._rebuilding and tier._held.index((PARTITION, "en")).is_hnsw, 30
+        )
         index = tier._held.index((PARTITION, "en"))
         assert isinstance(index, VectorIndex) and not index.wants_rebuild()
 
@@ -82,7 +75,7 @@ async def test_a_rebuild_that_leaves_another_due_starts_it_without_waiting_for_a
             await tier.remove(entry.entry_id)
         go.set()
         # The first rebuild ends wanting a second, which runs with nothing stored meanwhile.
-        await until(lambda: not tier._rebuilding and not index.wants_rebuild())
+        await wait_until(lambda: not tier._rebuilding and not index.wants_rebuild(), 30)
         assert index.is_hnsw and len(index) == 80 and not index._tombstones
         for entry in held[120:125]:
             assert entry.vector is not None

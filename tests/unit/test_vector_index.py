@@ -95,10 +95,7 @@ def test_the_graph_is_built_and_searched_with_its_shape_and_a_restored_one_with_
 
 
 def array_addresses(part: faiss.IndexIDMap2) -> list[int]:
-    graph = faiss.downcast_index(part.index)
-    storage = faiss.downcast_index(graph.storage)
-    arrays = (storage.codes, graph.hnsw.neighbors, graph.hnsw.levels, graph.hnsw.offsets)
-    return [int(array.data()) for array in (*arrays, part.id_map)]
+    return [int(array.data()) for array in vector_index.graph_arrays(part)]
 
 
 def test_a_built_or_restored_graph_grows_by_half_without_moving_then_asks_for_a_rebuild() -> None:

@@ -360,15 +360,20 @@ def _make_room(part: Any) -> int:
     to a new allocation, under the index's lock and on the event loop: 1.1 s at 200,000
     vectors here, seconds at a million, during which no lookup of any partition was answered.
     This makes those moves here, in the worker thread, before anything searches the graph."""
-    # An IndexIDMap2 over an IndexHNSWFlat (FAISS's stubs type them as plain indexes).
-    inner: Any = faiss.downcast_index(part.index)
-    storage: Any = faiss.downcast_index(inner.storage)
-    hnsw = inner.hnsw
-    for array in (storage.codes, hnsw.neighbors, hnsw.levels, hnsw.offsets, part.id_map):
+    for array in graph_arrays(part):
         if getattr(array, "is_owned", True):  # a view over a mapped file cannot grow at all
             _move_to_double(array)
     # At least 16 more: a graph of a few vectors (tests build them) would rebuild at each add.
     return part.ntotal + max(int(part.ntotal * (REGROW_AT - 1)), 16)
+
+
+def graph_arrays(part: Any) -> tuple[Any, ...]:
+    """The growable arrays of a graph part (an IndexIDMap2 over an IndexHNSWFlat; FAISS's
+    stubs type both as plain indexes): vectors, links, levels, link offsets, ids."""
+    inner: Any = faiss.downcast_index(part.index)
+    storage: Any = faiss.downcast_index(inner.storage)
+    hnsw = inner.hnsw
+    return storage.codes, hnsw.neighbors, hnsw.levels, hnsw.offsets, part.id_map
 
 
 def _move_to_double(array: Any) -> None:
