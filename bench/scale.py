@@ -205,7 +205,7 @@ async def restart_time(
     with tempfile.TemporaryDirectory() as folder:
         store = SnapshotStore(folder, config)
         began = time.perf_counter()
-        written = store.write(Snapshot(tag, "0-0", tier.images(tag)))
+        written = store.write(Snapshot(tag, "0-0", await tier.images(tag)))
         write_s = time.perf_counter() - began
         fresh = new_tier(config)
         try:

@@ -290,7 +290,7 @@ class PartitionLoader:
                 self._saved[tag] = _Saved(version, stream_id, last.content)
                 return True
             # The stream id first, then the copy: what changes meanwhile is replayed on load.
-            snapshot = Snapshot(tag, stream_id, self._semantic.images(tag))
+            snapshot = Snapshot(tag, stream_id, await self._semantic.images(tag))
             written = await asyncio.to_thread(self._snapshots.write, snapshot)
         except OSError as exc:
             # A full or read-only disk: serving goes on, a restart then rebuilds from Redis.

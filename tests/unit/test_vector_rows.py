@@ -124,3 +124,24 @@ async def test_answers_just_past_the_bound_decide_as_their_float32_cosines_do(
         assert await found(tier) == ([] if contradicted else [("a", 0.97)])
     finally:
         await tier.close()
+
+
+def test_growth_never_copies_the_rows_held() -> None:
+    # A restored partition's rows come as one exactly-sized array; a single array would be
+    # copied whole at the first put (768 MB at 1M rows, on the event loop).
+    restored = np.arange(10 * DIM, dtype=np.float16).reshape(10, DIM) / 64
+    rows = VectorRows(DIM, restored)
+    block = rows._blocks[0]
+    added = {rows.put(np.full(DIM, n / 8, dtype=np.float32)): n for n in range(100)}
+    assert np.shares_memory(block, rows._blocks[0]) and len(rows._blocks) > 2
+    assert sorted(added) == list(range(10, 110)) and len(rows) == 110
+    for row, n in added.items():
+        assert np.array_equal(rows.get(row), np.full(DIM, n / 8, dtype=np.float32))
+    # Room stays within a quarter of what is held (from 8 rows), as before.
+    assert rows.nbytes <= max(8, 110 // 4) * DIM * 2 + 110 * DIM * 2
+    picked = [109, 3, NO_ROW, 10, 57]
+    gathered = rows.gather(picked)
+    assert np.array_equal(gathered[1], restored[3]) and np.array_equal(gathered[2], np.zeros(DIM))
+    for at, row in enumerate(picked):
+        if row != NO_ROW:
+            assert np.array_equal(gathered[at].astype(np.float32), rows.get(row))

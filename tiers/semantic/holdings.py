@@ -188,20 +188,42 @@ class Holdings:
             dropped += len(shelf.records)
         return dropped
 
-    def images(self, tag: str, dims: dict[str, int]) -> list[IndexImage]:
+    async def images(self, tag: str, dims: dict[str, int], chunk: int = 4096) -> list[IndexImage]:
         """A partition's indexes, each with a copy of its entries' list and their rows, to
-        snapshot."""
+        snapshot. Copied `chunk` entries at a time, the event loop serving in between: a 1M-entry
+        partition's answer rows are 768 MB, about a second's copy at once. An entry removed
+        before its chunk is copied is left out (its row may be another entry's by then); what
+        is stored meanwhile comes after the snapshot's stream id and is replayed on load, and a
+        vector without an entry is left out on restore."""
         images = []
-        for partition, language in self._keys_of(tag):
-            shelf = self._shelves[(partition, language)]
+        for key in self._keys_of(tag):
+            shelf = self._shelves[key]
             if not isinstance(shelf.index, VectorIndex):
                 continue
             records = list(shelf.records.values())
-            answers = _side(shelf.answers, [r.answer_row for r in records])
-            rescores = _side(shelf.rescores, [r.rescore_row for r in records])
+            kept: list[Indexed] = []
+            answers = _SideCopy(shelf.answers, len(records))
+            rescores = _SideCopy(shelf.rescores, len(records))
+            for start in range(0, len(records), chunk):
+                if self._shelves.get(key) is not shelf:
+                    break  # dropped or replaced meanwhile: what was copied is still a snapshot
+                live = [
+                    r for r in records[start : start + chunk] if shelf.records.get(r.vector_id) is r
+                ]
+                answers.take([r.answer_row for r in live])
+                rescores.take([r.rescore_row for r in live])
+                kept += live
+                await asyncio.sleep(0)
+            partition, language = key
             images.append(
                 IndexImage(
-                    partition, language, dims[language], records, answers, rescores, shelf.index
+                    partition,
+                    language,
+                    dims[language],
+                    kept,
+                    answers.side(),
+                    rescores.side(),
+                    shelf.index,
                 )
             )
         return images
@@ -267,8 +289,24 @@ def _carry(old: Shelf, new: Shelf, item: Indexed) -> None:
             item.rescore_row = NO_ROW
 
 
-def _side(rows: VectorRows | None, picked: list[int]) -> SideVectors:
-    """The rows of some records, in their order, as a snapshot writes them."""
-    if rows is None:
-        return SideVectors.none(len(picked))
-    return SideVectors(rows.gather(picked), np.asarray(picked, dtype=np.int64) != NO_ROW)
+class _SideCopy:
+    """The rows of a partition's entries, copied chunk by chunk in their order, as a snapshot
+    writes them (zeros, and not present, where an entry has none)."""
+
+    def __init__(self, rows: VectorRows | None, count: int) -> None:
+        self._rows = rows
+        width = 0 if rows is None else rows.dim
+        # Room for every entry; pages are only touched as rows are copied in.
+        self._vectors = np.zeros((count, width), dtype=np.float16)
+        self._present = np.zeros(count, dtype=bool)
+        self._filled = 0
+
+    def take(self, picked: list[int]) -> None:
+        at = slice(self._filled, self._filled + len(picked))
+        if self._rows is not None:
+            self._vectors[at] = self._rows.gather(picked)
+            self._present[at] = np.asarray(picked, dtype=np.int64) != NO_ROW
+        self._filled += len(picked)
+
+    def side(self) -> SideVectors:
+        return SideVectors(self._vectors[: self._filled], self._present[: self._filled])

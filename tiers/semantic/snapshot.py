@@ -55,10 +55,6 @@ class SideVectors:
     vectors: np.ndarray
     present: np.ndarray  # bool, per record
 
-    @classmethod
-    def none(cls, count: int) -> SideVectors:
-        return cls(np.zeros((count, 0), dtype=np.float16), np.zeros(count, dtype=bool))
-
 
 @dataclass(frozen=True, slots=True)
 class IndexImage:

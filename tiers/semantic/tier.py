@@ -124,9 +124,9 @@ class SemanticTier:
         key-value tiers); returns how many."""
         return self._held.drop(tag)
 
-    def images(self, tag: str) -> list[IndexImage]:
+    async def images(self, tag: str) -> list[IndexImage]:
         """The partition's indexes and a copy of their entries' list, to snapshot."""
-        return self._held.images(tag, self._dims)
+        return await self._held.images(tag, self._dims)
 
     def reserve_ids(self, count: int) -> int:  # fresh vector ids, for a snapshot's
         return self._held.reserve_ids(count)
