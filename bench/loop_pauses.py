@@ -92,7 +92,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         held = new_tier(config)
         try:
             await fill(held, layout, vectors[: args.entries], vectors)
-            store.write(Snapshot(tag, "0-0", await held.images(tag)))
+            images = await held.images(tag)
+            assert images is not None, "nothing drops the partition while it is copied"
+            store.write(Snapshot(tag, "0-0", images))
         finally:
             await held.close()
         del held
@@ -122,8 +124,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(2 * TICK_S)  # the ticker's turn: a store does not yield
             watch.phase("snapshot copy")
             began = time.perf_counter()
-            images = await fresh.images(tag)
+            copied = await fresh.images(tag)
             copy_s = time.perf_counter() - began
+            assert copied is not None, "nothing drops the partition while it is copied"
             await asyncio.sleep(0.05)  # the ticker's last turn
         finally:
             ticker.cancel()
@@ -137,7 +140,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "first_store_ms": stores_s[0] * 1e3,
         "stores_after_max_ms": max(stores_s[1:]) * 1e3,
         "snapshot_copy_s": copy_s,
-        "snapshot_entries": sum(len(image.records) for image in images),
+        "snapshot_entries": sum(len(image.records) for image in copied),
         "phases": [
             {
                 "phase": p.name,

@@ -205,7 +205,9 @@ async def restart_time(
     with tempfile.TemporaryDirectory() as folder:
         store = SnapshotStore(folder, config)
         began = time.perf_counter()
-        written = store.write(Snapshot(tag, "0-0", await tier.images(tag)))
+        images = await tier.images(tag)
+        assert images is not None, "nothing drops the partition while it is copied"
+        written = store.write(Snapshot(tag, "0-0", images))
         write_s = time.perf_counter() - began
         fresh = new_tier(config)
         try:

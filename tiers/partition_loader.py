@@ -290,8 +290,12 @@ class PartitionLoader:
                 self._saved[tag] = _Saved(version, stream_id, last.content)
                 return True
             # The stream id first, then the copy: what changes meanwhile is replayed on load.
-            snapshot = Snapshot(tag, stream_id, await self._semantic.images(tag))
-            written = await asyncio.to_thread(self._snapshots.write, snapshot)
+            images = await self._semantic.images(tag)
+            if images is None:  # dropped or reloaded while copied: the next interval's turn
+                return False
+            written = await asyncio.to_thread(
+                self._snapshots.write, Snapshot(tag, stream_id, images)
+            )
         except OSError as exc:
             # A full or read-only disk: serving goes on, a restart then rebuilds from Redis.
             _log.error("could not snapshot partition %s: %s", tag, exc)

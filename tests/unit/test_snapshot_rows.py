@@ -53,7 +53,9 @@ async def test_an_installed_snapshot_keeps_every_entry_s_own_answer(tmp_path: Pa
             C,
         )
         store = SnapshotStore(str(tmp_path), old._config)
-        store.write(Snapshot(tag, "0-0", await old.images(tag)))
+        images = await old.images(tag)
+        assert images is not None
+        store.write(Snapshot(tag, "0-0", images))
         snapshot = store.read(tag)
         assert snapshot is not None and len(snapshot.images) == 1
         # Meanwhile the replica indexed b anew (answer 5) and c (answer 6): they win.

@@ -188,14 +188,17 @@ class Holdings:
             dropped += len(shelf.records)
         return dropped
 
-    async def images(self, tag: str, dims: dict[str, int], chunk: int = 4096) -> list[IndexImage]:
+    async def images(
+        self, tag: str, dims: dict[str, int], chunk: int = 4096
+    ) -> list[IndexImage] | None:
         """A partition's indexes, each with a copy of its entries' list and their rows, to
         snapshot. Copied `chunk` entries at a time, the event loop serving in between: a 1M-entry
         partition's answer rows are 768 MB, about a second's copy at once. An entry removed
         before its chunk is copied is left out (its row may be another entry's by then); what
         is stored meanwhile comes after the snapshot's stream id and is replayed on load, and a
-        vector without an entry is left out on restore."""
-        images = []
+        vector without an entry is left out on restore. None: an index of the partition was
+        dropped or replaced while it was copied (a part of it is no snapshot of it)."""
+        copied: list[tuple[IndexKey, Shelf, IndexImage]] = []
         for key in self._keys_of(tag):
             shelf = self._shelves[key]
             if not isinstance(shelf.index, VectorIndex):
@@ -206,7 +209,7 @@ class Holdings:
             rescores = _SideCopy(shelf.rescores, len(records))
             for start in range(0, len(records), chunk):
                 if self._shelves.get(key) is not shelf:
-                    break  # dropped or replaced meanwhile: what was copied is still a snapshot
+                    return None
                 live = [
                     r for r in records[start : start + chunk] if shelf.records.get(r.vector_id) is r
                 ]
@@ -215,18 +218,19 @@ class Holdings:
                 kept += live
                 await asyncio.sleep(0)
             partition, language = key
-            images.append(
-                IndexImage(
-                    partition,
-                    language,
-                    dims[language],
-                    kept,
-                    answers.side(),
-                    rescores.side(),
-                    shelf.index,
-                )
+            image = IndexImage(
+                partition,
+                language,
+                dims[language],
+                kept,
+                answers.side(),
+                rescores.side(),
+                shelf.index,
             )
-        return images
+            copied.append((key, shelf, image))
+        if any(self._shelves.get(key) is not shelf for key, shelf, _ in copied):
+            return None
+        return [image for _, _, image in copied]
 
     async def install(
         self, restored: Restored, removed: set[str], rescore_dim: int = 0, chunk: int = 4096

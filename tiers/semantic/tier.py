@@ -124,8 +124,9 @@ class SemanticTier:
         key-value tiers); returns how many."""
         return self._held.drop(tag)
 
-    async def images(self, tag: str) -> list[IndexImage]:
-        """The partition's indexes and a copy of their entries' list, to snapshot."""
+    async def images(self, tag: str) -> list[IndexImage] | None:
+        """The partition's indexes and a copy of their entries' list, to snapshot (None: dropped
+        or replaced while copied)."""
         return await self._held.images(tag, self._dims)
 
     def reserve_ids(self, count: int) -> int:  # fresh vector ids, for a snapshot's
