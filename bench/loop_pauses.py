@@ -32,10 +32,10 @@ import numpy as np
 
 from bench.harness import print_table, write_json
 from bench.scale_data import unit_random
-from bench.scale_tier import Layout, entry, fill, new_tier
+from bench.scale_tier import Layout, entry, fill, new_tier, write_snapshot
 from core.semantic_config import SemanticConfig
 from proxy.composition.lifecycle import settle_collector
-from tiers.semantic.snapshot import Snapshot, SnapshotStore
+from tiers.semantic.snapshot import SnapshotStore
 
 STORES = 20
 TICK_S = 0.001
@@ -58,10 +58,9 @@ class LoopWatch:
         self._collection_began = 0.0
         self._last_tick = time.perf_counter()
 
-    def phase(self, name: str) -> Phase:
+    def phase(self, name: str) -> None:
         self.phases.append(Phase(name))
         self._last_tick = time.perf_counter()
-        return self.phases[-1]
 
     async def tick(self) -> None:
         while True:
@@ -92,9 +91,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         held = new_tier(config)
         try:
             await fill(held, layout, vectors[: args.entries], vectors)
-            images = await held.images(tag)
-            assert images is not None, "nothing drops the partition while it is copied"
-            store.write(Snapshot(tag, "0-0", images))
+            await write_snapshot(store, held, tag)
         finally:
             await held.close()
         del held

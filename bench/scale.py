@@ -67,6 +67,7 @@ from bench.scale_tier import (
     percentiles,
     request,
     rss_bytes,
+    write_snapshot,
 )
 from core.clock import SystemClock
 from core.config import RedisConfig
@@ -76,7 +77,7 @@ from proxy.composition.lifecycle import settle_collector
 from tests.support.redis_server import RedisServer
 from tiers.redis_connection import RedisConnection
 from tiers.redis_tier import RedisTier
-from tiers.semantic.snapshot import Snapshot, SnapshotStore
+from tiers.semantic.snapshot import SnapshotStore
 from tiers.semantic.tier import SemanticTier
 from tiers.semantic.vector_index import GraphShape, VectorIndex
 from tiers.service import CacheService
@@ -205,9 +206,7 @@ async def restart_time(
     with tempfile.TemporaryDirectory() as folder:
         store = SnapshotStore(folder, config)
         began = time.perf_counter()
-        images = await tier.images(tag)
-        assert images is not None, "nothing drops the partition while it is copied"
-        written = store.write(Snapshot(tag, "0-0", images))
+        written = await write_snapshot(store, tier, tag)
         write_s = time.perf_counter() - began
         fresh = new_tier(config)
         try:

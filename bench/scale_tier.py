@@ -27,6 +27,7 @@ from normalize.prompt_features import PromptAnalysis
 from tests.support.entries import make_entry
 from tiers.base import Entry
 from tiers.policies.thresholds import ThresholdController
+from tiers.semantic.snapshot import Snapshot, SnapshotStore, Written
 from tiers.semantic.tier import SemanticTier
 from tiers.semantic.vector_index import VectorIndex
 
@@ -94,6 +95,13 @@ async def fill(
         ):
             return
         await asyncio.sleep(0.2)
+
+
+async def write_snapshot(store: SnapshotStore, tier: SemanticTier, tag: str) -> Written:
+    """The partition's snapshot, as the partition loader writes it (stream id 0-0)."""
+    images = await tier.images(tag)
+    assert images is not None, "nothing drops the partition while it is copied"
+    return store.write(Snapshot(tag, "0-0", images))
 
 
 def index_of(tier: SemanticTier, partition: str) -> VectorIndex:

@@ -30,6 +30,8 @@ from tiers.semantic.vector_index import VectorIndex
 from tiers.semantic.vector_rows import NO_ROW, VectorRows
 
 IndexKey = tuple[str, str]  # (partition, language)
+# Entries handled per event-loop turn while a whole partition is installed or copied.
+ENTRIES_PER_TURN = 4096
 
 
 @dataclass(slots=True)
@@ -189,7 +191,7 @@ class Holdings:
         return dropped
 
     async def images(
-        self, tag: str, dims: dict[str, int], chunk: int = 4096
+        self, tag: str, dims: dict[str, int], chunk: int = ENTRIES_PER_TURN
     ) -> list[IndexImage] | None:
         """A partition's indexes, each with a copy of its entries' list and their rows, to
         snapshot. Copied `chunk` entries at a time, the event loop serving in between: a 1M-entry
@@ -233,7 +235,11 @@ class Holdings:
         return [image for _, _, image in copied]
 
     async def install(
-        self, restored: Restored, removed: set[str], rescore_dim: int = 0, chunk: int = 4096
+        self,
+        restored: Restored,
+        removed: set[str],
+        rescore_dim: int = 0,
+        chunk: int = ENTRIES_PER_TURN,
     ) -> None:
         """A partition's index restored from a snapshot, in place of what it holds. Entries
         indexed meanwhile (by this replica, or through the stream) are carried over and win
